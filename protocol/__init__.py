@@ -1,0 +1,9 @@
+"""The wire both sides agree on: message types, codec, Redis key names, errors.
+
+Imports neither the server nor the client.
+"""
+
+from .errors import ArbiterError, TimeoutException
+from .messages import FLATLAND_RL, PROTOCOL_VERSION
+
+__all__ = ["ArbiterError", "TimeoutException", "FLATLAND_RL", "PROTOCOL_VERSION"]

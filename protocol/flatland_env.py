@@ -1,0 +1,92 @@
+"""What both sides agree on about a Flatland episode: how its env is built and rewarded.
+
+The evaluator builds its env from the test file's env dict; arbiter's client builds its local
+copy from the same env dict received over the wire. Both go through ``build_rail_env``, which
+mirrors ``RailEnvPersister.load_new`` step for step, so both envs (and a legacy client's,
+loaded from the file) evolve identically under the same seed and actions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .envstate import Rebuilder, to_plain
+
+# Flatland's env dicts only hold flatland classes and a few standard ones.
+_ENV_STATE_PREFIXES = ("flatland.", "fractions")
+
+
+class Rewards2020:
+    """NeurIPS 2020 reward model: −1 per step for every agent not DONE after that step.
+
+    An agent arriving at step k collects −(k−1); nothing is added at the end of the episode.
+    Implements flatland 4.x's ``Rewards`` interface (duck-typed to keep flatland imports lazy).
+    """
+
+    name = "neurips2020"
+
+    def step_reward(self, agent: Any, agent_transition_data: Any, distance_map: Any, elapsed_steps: int) -> float:
+        from flatland.envs.step_utils.states import TrainState
+
+        return 0.0 if agent.state == TrainState.DONE else -1.0
+
+    def end_of_episode_reward(self, agent: Any, distance_map: Any, elapsed_steps: int) -> float:
+        return 0.0
+
+    def cumulate(self, *rewards: float) -> float:
+        return float(sum(rewards))
+
+    def empty(self) -> float:
+        return 0.0
+
+    def normalize(self, *rewards: float, num_agents: int, max_episode_steps: int) -> float:
+        return float(sum(rewards)) / (num_agents * max_episode_steps)
+
+
+def rewards_for(model: str) -> Any:
+    """The reward object for a named reward model (``None`` = the env's own default)."""
+    if model == "neurips2020":
+        return Rewards2020()
+    if model == "flatland":
+        return None
+    raise ValueError(f"unknown reward model {model!r}")
+
+
+def env_state_to_wire(env_dict: dict) -> Any:
+    return to_plain(env_dict)
+
+
+def env_state_from_wire(data: Any) -> dict:
+    env_dict = Rebuilder(_ENV_STATE_PREFIXES).rebuild(data)
+    if not isinstance(env_dict, dict) or "grid" not in env_dict:
+        from .errors import DecodeError
+
+        raise DecodeError("env state is not a Flatland env dict")
+    return env_dict
+
+
+def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None) -> Any:
+    """A RailEnv from an env dict, exactly as ``RailEnvPersister.load_new`` builds one.
+
+    ``env_dict`` is consumed (flatland rewrites its agents in place): pass a fresh one.
+    """
+    from flatland.core.env_observation_builder import DummyObservationBuilder
+    from flatland.envs import line_generators, malfunction_generators, rail_env, rail_generators
+    from flatland.envs import timetable_generators
+    from flatland.envs.persistence import RailEnvPersister
+
+    grid = env_dict["grid"]
+    env = rail_env.RailEnv(
+        width=len(grid[0]),
+        height=len(grid),
+        rail_generator=rail_generators.rail_from_file(env_dict=env_dict),
+        line_generator=line_generators.line_from_file(env_dict=env_dict),
+        timetable_generator=timetable_generators.timetable_from_file(env_dict=env_dict),
+        malfunction_generator=malfunction_generators.FileMalfunctionGen(env_dict=env_dict),
+        obs_builder_object=obs_builder if obs_builder is not None else DummyObservationBuilder(),
+        record_steps=True,
+        rewards=rewards,
+    )
+    RailEnvPersister.set_full_state(env, env_dict)
+    env.obs_builder.reset(env)
+    return env

@@ -1,0 +1,81 @@
+"""The protocol on one screen.
+
+Requests (client → server, LPUSH on the commands list) are maps:
+    type              one of the request types below
+    payload           a map, per type (below)
+    response_channel  the reply list, ``flatland-rl::<service_id>::response::<32 hex>``
+    timestamp         client wall clock; required by flatland's service, never trusted here
+
+Payloads:
+    PING         {"version": flatland version}
+                 → PONG {"arbiter": {"protocol": PROTOCOL_VERSION, "budgets": {...}}}
+    ENV_CREATE   {}
+                 → ENV_CREATE_RESPONSE {observation, info, random_seed, env_file_path,
+                    "arbiter": {"env_state": ..., "episode": i, "episodes": n, "rewards": rule}}
+                   all four legacy fields are False when no episode is left.
+    ENV_STEP     {"action": {handle: int}, "inference_time": float,
+                  "arbiter": {"reply": bool}}  (optional)
+                 → no reply (fire-and-forget, as in flatland), unless arbiter.reply is true:
+                   then ENV_STEP_RESPONSE {"done": bool, "step": k}
+    ENV_SUBMIT   {} → ENV_SUBMIT_RESPONSE {scores}
+    any failure  → ERROR {"code": ..., "message": ...}
+
+Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
+and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}.
+
+Extension fields live under the ``"arbiter"`` key of a payload: legacy peers ignore them.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+PROTOCOL_VERSION = 1
+EXTENSION_KEY = "arbiter"
+
+
+class FLATLAND_RL:  # noqa: N801 - the wire names, spelled as flatland-rl spells them
+    PING = "FLATLAND_RL.PING"
+    PONG = "FLATLAND_RL.PONG"
+    ENV_CREATE = "FLATLAND_RL.ENV_CREATE"
+    ENV_CREATE_RESPONSE = "FLATLAND_RL.ENV_CREATE_RESPONSE"
+    ENV_RESET_TIMEOUT = "FLATLAND_RL.ENV_RESET_TIMEOUT"
+    ENV_STEP = "FLATLAND_RL.ENV_STEP"
+    ENV_STEP_RESPONSE = "FLATLAND_RL.ENV_STEP_RESPONSE"
+    ENV_STEP_TIMEOUT = "FLATLAND_RL.ENV_STEP_TIMEOUT"
+    ENV_SUBMIT = "FLATLAND_RL.ENV_SUBMIT"
+    ENV_SUBMIT_RESPONSE = "FLATLAND_RL.ENV_SUBMIT_RESPONSE"
+    ERROR = "FLATLAND_RL.ERROR"
+
+
+REQUEST_TYPES = frozenset(
+    {FLATLAND_RL.PING, FLATLAND_RL.ENV_CREATE, FLATLAND_RL.ENV_STEP, FLATLAND_RL.ENV_SUBMIT}
+)
+TIMEOUT_TYPES = frozenset({FLATLAND_RL.ENV_STEP_TIMEOUT, FLATLAND_RL.ENV_RESET_TIMEOUT})
+
+
+def request(type_: str, payload: dict[str, Any], response_channel: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "payload": payload,
+        "response_channel": response_channel,
+        "timestamp": time.time(),
+    }
+
+
+def reply(type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+    return {"type": type_, "payload": payload}
+
+
+def error_reply(code: str, message: str) -> dict[str, Any]:
+    return {"type": FLATLAND_RL.ERROR, "payload": {"code": code, "message": message}}
+
+
+def extension(payload: object) -> dict[str, Any]:
+    """The arbiter extension map of a payload ({} for legacy peers or junk)."""
+    if isinstance(payload, dict):
+        ext = payload.get(EXTENSION_KEY)
+        if isinstance(ext, dict):
+            return ext
+    return {}

