@@ -19,7 +19,7 @@ setup(
     description="A remote evaluator for reinforcement-learning competitions (Flatland protocol compatible)",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.10",
+    python_requires=">=3.11",
     package_dir=package_dir,
     packages=packages,
     package_data={"arbiter.server": ["presets/*.toml"]},

@@ -63,7 +63,7 @@ def _default(obj: Any) -> Any:
         return obj.value
     if isinstance(obj, (set, frozenset)):
         return list(obj)
-    if hasattr(obj, "value") and isinstance(getattr(obj, "value"), int):
+    if hasattr(obj, "value") and isinstance(obj.value, int):
         # fastenum members (flatland's RailEnvActions) are not enum.Enum but carry .value
         return obj.value
     raise TypeError(f"cannot encode {type(obj).__name__}")

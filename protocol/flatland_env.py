@@ -71,8 +71,13 @@ def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None)
     ``env_dict`` is consumed (flatland rewrites its agents in place): pass a fresh one.
     """
     from flatland.core.env_observation_builder import DummyObservationBuilder
-    from flatland.envs import line_generators, malfunction_generators, rail_env, rail_generators
-    from flatland.envs import timetable_generators
+    from flatland.envs import (
+        line_generators,
+        malfunction_generators,
+        rail_env,
+        rail_generators,
+        timetable_generators,
+    )
     from flatland.envs.persistence import RailEnvPersister
 
     grid = env_dict["grid"]

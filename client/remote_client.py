@@ -1,0 +1,220 @@
+"""The participant SDK: ``env_create`` / ``env_step`` / ``submit`` against a remote evaluator.
+
+A drop-in for flatland-rl's ``FlatlandRemoteClient`` that speaks the same wire protocol, plus:
+the env's state comes from the evaluator (no copy of the test folder needed), every wait has
+a timeout (a dead evaluator raises ``ServerUnavailable``, never hangs), nothing is unpickled,
+and a step costs one Redis round trip.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+from arbiter.protocol import codec, keys
+from arbiter.protocol.errors import (
+    ArbiterError,
+    OutOfOrder,
+    ServerUnavailable,
+    TimeoutException,
+    error_from_payload,
+)
+from arbiter.protocol.flatland_env import build_rail_env, env_state_from_wire, rewards_for
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
+from arbiter.protocol.redis_conn import connect
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
+DEFAULT_REPLY_TIMEOUT_S = 60.0
+HANDSHAKE_RETRY_S = 2.0  # re-send PING this often: the evaluator may start after the agent
+
+
+def _flatland_version() -> str:
+    try:
+        import flatland
+
+        return str(flatland.__version__)
+    except Exception:  # pragma: no cover - flatland is a dependency; keep the handshake going
+        return "unknown"
+
+
+class RemoteClient:
+    """Connects to the evaluator and hands out its episodes one by one.
+
+    Connection settings, in order: the ``redis_url`` / ``service_id`` keywords; the
+    environment (``ARBITER_REDIS_URL``, else ``redis_ip`` as flatland's client reads it, on
+    port 6379; ``AICROWD_SUBMISSION_ID``); flatland's defaults (127.0.0.1:6379, ``T12345``).
+    """
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        service_id: str | None = None,
+        *,
+        reply_timeout_s: float | None = None,
+        test_env_folder: str | None = None,
+        step_replies: bool = False,
+    ):
+        self.redis_url = redis_url or os.environ.get("ARBITER_REDIS_URL") or (
+            f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
+        )
+        self.service_id = keys.validate_service_id(
+            service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID
+        )
+        if reply_timeout_s is None:
+            reply_timeout_s = float(os.environ.get("ARBITER_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S))
+        if not reply_timeout_s > 0:
+            raise ValueError(f"reply_timeout_s must be positive, got {reply_timeout_s!r}")
+        self.reply_timeout_s = reply_timeout_s
+        # Only used against flatland's own service, which sends no env state.
+        self.test_env_folder = test_env_folder or os.environ.get("AICROWD_TESTS_FOLDER")
+        self.step_replies = step_replies
+        self.redis = connect(self.redis_url, socket_timeout_s=reply_timeout_s + 10.0)
+        self.commands_key = keys.commands_key(self.service_id)
+        self.errors_key = keys.errors_key(self.service_id)
+        self.env: Any = None
+        self.server_info: dict[str, Any] = {}
+        self.current_env_path: str | None = None
+        self._last_step_end = time.monotonic()
+        self.ping_pong()
+
+    # -- the SDK --------------------------------------------------------------------------
+
+    def ping_pong(self) -> bool:
+        """Handshake; retried while the evaluator is not up yet, until ``reply_timeout_s``."""
+        give_up = time.monotonic() + self.reply_timeout_s
+        while True:
+            wait_s = min(HANDSHAKE_RETRY_S, give_up - time.monotonic())
+            try:
+                response = self._request(
+                    FLATLAND_RL.PING, {"version": _flatland_version()}, wait_s=max(wait_s, 0.01)
+                )
+                break
+            except ServerUnavailable:
+                if time.monotonic() >= give_up:
+                    raise
+        if response["type"] != FLATLAND_RL.PONG:
+            raise ArbiterError(f"handshake failed: expected PONG, got {response['type']!r}")
+        self.server_info = extension(response.get("payload"))
+        return True
+
+    def env_create(self, obs_builder_object: Any = None) -> tuple[Any, Any]:
+        """Start the next episode: ``(observation, info)``, or ``(False, False)`` when none is left."""
+        response = self._request(FLATLAND_RL.ENV_CREATE, {})
+        payload = response["payload"]
+        if not payload.get("observation"):
+            self.env = None
+            return False, False
+        ext = extension(payload)
+        self.current_env_path = payload.get("env_file_path")
+        if "env_state" in ext:
+            env_dict = env_state_from_wire(ext["env_state"])
+            rewards = rewards_for(ext.get("reward_model", "flatland"))
+            self.env = build_rail_env(env_dict, obs_builder=obs_builder_object, rewards=rewards)
+        else:
+            self.env = self._load_local_env(payload.get("env_file_path"), obs_builder_object)
+        observation, info = self.env.reset(
+            regenerate_rail=True, regenerate_schedule=True, random_seed=payload.get("random_seed")
+        )
+        self._last_step_end = time.monotonic()
+        return observation, info
+
+    def env_step(self, action_dict: dict[Any, Any]) -> tuple[Any, Any, Any, Any]:
+        """Send the actions and step the local env: ``(obs, rewards, done, info)``.
+
+        Raises ``TimeoutException`` (a ``StopAsyncIteration``) once the evaluator has timed
+        the episode out; call ``env_create()`` to go on with the next one.
+        """
+        if self.env is None:
+            raise OutOfOrder("env_step() before env_create(): there is no running episode")
+        actions = {int(handle): int(getattr(value, "value", value)) for handle, value in (action_dict or {}).items()}
+        payload: dict[str, Any] = {"action": actions, "inference_time": time.monotonic() - self._last_step_end}
+        if self.step_replies:
+            payload[EXTENSION_KEY] = {"reply": True}
+            self._request(FLATLAND_RL.ENV_STEP, payload)
+        else:
+            self._send_step(payload)
+        observation, rewards, done, info = self.env.step(actions)
+        self._last_step_end = time.monotonic()
+        return observation, rewards, done, info
+
+    def submit(self) -> dict[str, Any]:
+        """End the evaluation and return the scores."""
+        response = self._request(FLATLAND_RL.ENV_SUBMIT, {})
+        return response["payload"]
+
+    def close(self) -> None:
+        self.redis.close()
+
+    # -- the wire ---------------------------------------------------------------------------
+
+    def _raise_pending_timeout(self, error: bytes | None) -> None:
+        if error is None:
+            return
+        try:
+            message = codec.decode(error, codec.COMMAND_LIMITS)
+            kind = message.get("type") if isinstance(message, dict) else None
+        except ArbiterError:
+            kind = None
+        if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
+            raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
+        raise TimeoutException("the evaluator timed out this episode: step budget exceeded")
+
+    def _send_step(self, payload: dict[str, Any]) -> None:
+        # One round trip: check for a timeout and push the step together. A step pushed after a
+        # timeout is ignored by the evaluator, so pushing it anyway changes nothing.
+        message = codec.encode(request(FLATLAND_RL.ENV_STEP, payload, self._new_channel()))
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.rpop(self.errors_key)
+        pipe.lpush(self.commands_key, message)
+        error, _ = self._execute(pipe.execute, FLATLAND_RL.ENV_STEP)
+        self._raise_pending_timeout(error)
+
+    def _request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+        self._raise_pending_timeout(self._execute(lambda: self.redis.rpop(self.errors_key), type_))
+        channel = self._new_channel()
+        message = codec.encode(request(type_, payload, channel))
+        self._execute(lambda: self.redis.lpush(self.commands_key, message), type_)
+        wait_s = self.reply_timeout_s if wait_s is None else wait_s
+        found = self._execute(lambda: self.redis.blpop([channel], timeout=wait_s), type_)
+        if found is None:
+            raise ServerUnavailable(
+                f"no reply to {type_} from the evaluator within {wait_s:g} s "
+                f"(Redis {self.redis_url}, service id {self.service_id!r}): is the evaluator running?"
+            )
+        response = codec.decode(found[1], codec.REPLY_LIMITS)
+        if not isinstance(response, dict) or "type" not in response:
+            raise ArbiterError(f"malformed reply to {type_}")
+        if response["type"] == FLATLAND_RL.ERROR:
+            raise error_from_payload(response.get("payload"))
+        return response
+
+    def _execute(self, call: Any, type_: str) -> Any:
+        import redis
+
+        try:
+            return call()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            raise ServerUnavailable(f"cannot reach Redis at {self.redis_url} for {type_}: {exc}") from exc
+
+    def _new_channel(self) -> str:
+        return keys.response_key(self.service_id, uuid.uuid4().hex)
+
+    def _load_local_env(self, env_file_path: Any, obs_builder: Any) -> Any:
+        """Flatland's own service sends only a path: load the participant's copy of the file."""
+        from flatland.envs.persistence import RailEnvPersister
+
+        if not self.test_env_folder:
+            raise ArbiterError(
+                "the evaluator sent no env state (it is flatland's own service): set AICROWD_TESTS_FOLDER "
+                "or pass test_env_folder= to load the test files locally"
+            )
+        path = os.path.join(self.test_env_folder, str(env_file_path))
+        if not os.path.exists(path):
+            raise ArbiterError(f"test file {path} not found (AICROWD_TESTS_FOLDER={self.test_env_folder})")
+        env, _ = RailEnvPersister.load_new(path, obs_builder=obs_builder)
+        return env

@@ -1,0 +1,153 @@
+"""Flatland test folders: ``Test_<t>/Level_<l>.pkl`` + ``metadata.csv``, served in (t, l) order.
+
+The test files are the organiser's own (trusted) pickles; nothing that arrives over the wire is
+ever unpickled. Each episode's env is rebuilt from the file's env dict, reset with the
+evaluation seed exactly as flatland's service and client do, and its state is sent to
+arbiter's client as allowlisted plain data (protocol.flatland_env).
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, rewards_for
+
+from ..testsets import list_env_paths
+
+# flatland's RailEnvActions: DO_NOTHING, MOVE_LEFT, MOVE_FORWARD, MOVE_RIGHT, STOP_MOVING
+NUM_ACTIONS = 5
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    index: int
+    env: str  # path relative to the test folder, e.g. "Test_0/Level_1.pkl"
+    test: str  # "Test_0"
+    level: str  # "Level_1"
+
+
+def sanitize_actions(action: object, num_agents: int) -> tuple[dict[int, int], int]:
+    """The documented invalid-action policy: drop what is invalid, count it, never fail.
+
+    A missing or invalid action leaves that agent doing DO_NOTHING (flatland's own default for
+    a missing handle). Invalid: a non-map action, a handle that is not an agent of this env, a
+    value that is not one of the five actions. Returns the clean actions and the count dropped.
+    """
+    if action is None:
+        return {}, 0
+    if not isinstance(action, dict):
+        return {}, 1
+    clean: dict[int, int] = {}
+    invalid = 0
+    for handle, value in action.items():
+        handle_int = _as_int(handle)
+        value_int = _as_int(value)
+        if handle_int is None or not 0 <= handle_int < num_agents or value_int is None:
+            invalid += 1
+        elif not 0 <= value_int < NUM_ACTIONS:
+            invalid += 1
+        else:
+            clean[handle_int] = value_int
+    return clean, invalid
+
+
+def _as_int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    try:
+        as_int = int(value)  # type: ignore[call-overload]  # ints, numpy ints, digit strings
+    except (TypeError, ValueError, OverflowError):
+        return None
+    if isinstance(value, float) and value != as_int:
+        return None
+    return as_int
+
+
+class FlatlandEpisode:
+    """One opened episode: the server's env, reset with the evaluation seed."""
+
+    def __init__(self, tests_dir: str, spec: EpisodeSpec, seed: int | None, reward_model: str):
+        from flatland.envs.persistence import RailEnvPersister
+        from flatland.envs.step_utils.states import TrainState
+
+        self._done_state = TrainState.DONE
+        self.spec = spec
+        self.seed = seed
+        env_dict = RailEnvPersister.load_env_dict(os.path.join(tests_dir, spec.env))
+        # Encode before building: build_rail_env rewrites the dict's agents in place.
+        self.wire_state = env_state_to_wire(env_dict)
+        self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model))
+        self.observation, self.info = self.env.reset(
+            regenerate_rail=True, regenerate_schedule=True, random_seed=seed
+        )
+        self.num_agents = self.env.get_num_agents()
+        self.max_episode_steps = int(self.env._max_episode_steps)
+        self.steps = 0
+        self.reward = 0.0
+        self.done = False
+        self.malfunctions = 0
+
+    def create_payload(self) -> dict[str, Any]:
+        """The legacy ENV_CREATE_RESPONSE fields (arbiter's extension is added by the caller)."""
+        return {
+            "observation": self.observation,
+            "info": self.info,
+            "random_seed": self.seed,
+            "env_file_path": self.spec.env,
+        }
+
+    def step(self, actions: dict[int, int]) -> bool:
+        """Apply one step; returns True when the episode is over."""
+        _, rewards, dones, _ = self.env.step(actions)
+        self.steps += 1
+        self.reward += float(sum(rewards.values()))
+        self.malfunctions += sum(
+            1 for agent in self.env.agents if agent.malfunction_handler.malfunction_down_counter == 1
+        )
+        self.done = bool(dones["__all__"])
+        return self.done
+
+    def arrived(self) -> int:
+        return sum(1 for agent in self.env.agents if agent.state == self._done_state)
+
+
+class FlatlandTestFolder:
+    """The env adapter for a Flatland test folder."""
+
+    name = "flatland"
+
+    def __init__(self, tests_dir: str, seed: int | None = 1001, max_episodes: int | None = None):
+        if not os.path.isdir(tests_dir):
+            raise ConfigError(f"test folder {tests_dir!r} does not exist")
+        self.tests_dir = tests_dir
+        self.seed = seed
+        try:
+            paths = list_env_paths(tests_dir)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        if max_episodes is not None:
+            paths = paths[:max_episodes]
+        self.episodes = [
+            EpisodeSpec(index=i, env=p, test=p.split("/")[0], level=os.path.splitext(p.split("/")[1])[0])
+            for i, p in enumerate(paths)
+        ]
+        self.metadata_columns, self.metadata = self._read_metadata()
+
+    def _read_metadata(self) -> tuple[list[str], dict[str, dict[str, str]]]:
+        path = os.path.join(self.tests_dir, "metadata.csv")
+        if not os.path.exists(path):
+            raise ConfigError(f"metadata.csv not found in test folder {self.tests_dir!r}")
+        with open(path, newline="", encoding="utf-8") as handle:
+            reader = csv.DictReader(handle)
+            columns = list(reader.fieldnames or [])
+            if "test_id" not in columns or "env_id" not in columns:
+                raise ConfigError(f"{path} needs test_id and env_id columns")
+            rows = {f"{row['test_id']}/{row['env_id']}.pkl": row for row in reader}
+        return columns, rows
+
+    def open(self, spec: EpisodeSpec, reward_model: str) -> FlatlandEpisode:
+        return FlatlandEpisode(self.tests_dir, spec, self.seed, reward_model)

@@ -1,0 +1,227 @@
+"""The command line: ``arbiter run``, ``arbiter serve``, ``arbiter generate``.
+
+Environment variables that flatland users already set are read here, at the edge, and only
+here; everything inward gets explicit settings. Precedence: flag > environment > competition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ArbiterError, ConfigError
+
+from .competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, preset_names
+from .evaluation import State
+from .progress import Progress
+from .testsets import PRESETS, cached_test_set, generate_test_set
+
+EXIT_CODES = {State.SUCCESS.value: 0, State.FAILED.value: 1, State.INTERRUPTED.value: 130}
+DEFAULT_SERVICE_ID = "T12345"
+DEBUG_TEST_PRESET = "debug"
+DEBUG_TEST_SEED = 42
+
+# flatland-rl's evaluator settings, honoured under their own names.
+FLATLAND_ENV_BUDGETS = {
+    "planning_s": "FLATLAND_INITIAL_PLANNING_TIMEOUT",
+    "step_s": "FLATLAND_PER_STEP_TIMEOUT",
+    "overall_s": "FLATLAND_OVERALL_TIMEOUT",
+    "idle_s": "FLATLAND_DEFAULT_COMMAND_TIMEOUT",
+    "max_successive_timeouts": "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS",
+}
+
+
+def _positive(kind: type) -> callable:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return parse
+
+
+def _shared_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--tests", metavar="DIR", help="Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv)")
+    parser.add_argument("--redis-url", help="Redis to use (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
+    parser.add_argument("--service-id", help="evaluation id, the Redis key namespace (default: $AICROWD_SUBMISSION_ID)")
+    parser.add_argument("--results", metavar="DIR", help="results folder (default: arbiter-results/<time>)")
+    parser.add_argument("--competition", default=None, metavar="NAME|FILE",
+                        help=f"competition preset ({', '.join(preset_names())}) or a .toml file "
+                             f"(default: {DEFAULT_COMPETITION})")
+    parser.add_argument("--scoring", choices=["neurips2020", "flatland3"], help="override the scoring rule")
+    parser.add_argument("--debug", action="store_true", help="debug run: first 28 episodes, 48 minutes overall")
+    parser.add_argument("--seed", type=int, help="evaluation seed every env is reset with (default 1001)")
+    parser.add_argument("--planning-timeout", type=_positive(float), metavar="S", help="planning budget per episode")
+    parser.add_argument("--step-timeout", type=_positive(float), metavar="S", help="budget per step")
+    parser.add_argument("--overall-timeout", type=_positive(float), metavar="S", help="budget for the whole evaluation")
+    parser.add_argument("--idle-timeout", type=_positive(float), metavar="S",
+                        help="wait for a client / the next episode before ending")
+    parser.add_argument("--max-successive-timeouts", type=_positive(int), metavar="N",
+                        help="timeouts in a row that end the evaluation")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="evaluate an agent locally in one command",
+                              usage="arbiter run [options] -- AGENT_COMMAND...")
+    _shared_options(run)
+    run.add_argument("agent", nargs=argparse.REMAINDER, help="the agent command, after --")
+
+    serve = commands.add_parser("serve", help="run the evaluator alone (hosted evaluation)")
+    _shared_options(serve)
+
+    generate = commands.add_parser("generate", help="write a Flatland test folder from a preset and seed")
+    generate.add_argument("--out", required=True, metavar="DIR")
+    generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS))
+    generate.add_argument("--seed", type=int, default=DEBUG_TEST_SEED)
+    generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR")
+    return parser
+
+
+def _env_number(name: str, kind: type) -> float | int | None:
+    text = os.environ.get(name)
+    if text in (None, ""):
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={text!r} is not a {kind.__name__}") from None
+    if value <= 0:
+        raise ConfigError(f"environment variable {name}={text!r} must be positive")
+    return value
+
+
+def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
+    spec = load_competition(args.competition or DEFAULT_COMPETITION)
+    budgets = {
+        field: _env_number(var, int if field == "max_successive_timeouts" else float)
+        for field, var in FLATLAND_ENV_BUDGETS.items()
+    }
+    flags = {
+        "planning_s": args.planning_timeout,
+        "step_s": args.step_timeout,
+        "overall_s": args.overall_timeout,
+        "idle_s": args.idle_timeout,
+        "max_successive_timeouts": args.max_successive_timeouts,
+    }
+    spec = spec.with_budgets(**budgets).with_budgets(**flags)
+    if args.debug or os.environ.get("AICROWD_DEBUG_SUBMISSION", "").lower() in ("1", "true", "yes"):
+        spec = spec.with_debug()
+    if args.scoring:
+        spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
+    if args.seed is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed})
+    return spec
+
+
+def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | None:
+    if args.redis_url:
+        return args.redis_url
+    if os.environ.get("ARBITER_REDIS_URL"):
+        return os.environ["ARBITER_REDIS_URL"]
+    if embedded_ok:
+        return None  # arbiter run starts its own redis-server
+    return f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
+
+
+def resolve_results(args: argparse.Namespace) -> str:
+    if args.results:
+        return args.results
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("arbiter-results", f"run-{stamp}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .runner import run_local
+
+    agent = list(args.agent)
+    if agent and agent[0] == "--":
+        agent = agent[1:]
+    if not agent:
+        raise ConfigError("no agent command: use  arbiter run [options] -- python my_agent.py")
+    spec = resolve_spec(args)
+    tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
+    if not tests:
+        tests = str(cached_test_set(DEBUG_TEST_PRESET, DEBUG_TEST_SEED))
+    service_id = keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    outcome = run_local(
+        spec,
+        agent_command=agent,
+        tests=tests,
+        results_dir=resolve_results(args),
+        service_id=service_id,
+        redis_url=resolve_redis_url(args, embedded_ok=True),
+        progress=Progress(enabled=not args.quiet),
+    )
+    if outcome.agent_status not in (0, None):
+        print(f"arbiter: the agent exited with status {outcome.agent_status}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .evaluator import build_service
+
+    spec = resolve_spec(args)
+    tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
+    if not tests:
+        raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
+    service_id = keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    redis_url = resolve_redis_url(args, embedded_ok=False)
+    results_dir = resolve_results(args)
+    progress = Progress(enabled=not args.quiet)
+    service = build_service(
+        spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id,
+        on_episode=progress.episode,
+    )
+    service.install_signal_handlers()
+    progress.started(service_id=service_id, tests=tests, episodes=service.evaluation.total,
+                     competition=spec.name, debug=spec.debug, redis=redis_url)
+    summary = service.run()
+    service.transport.close()
+    progress.finished(summary, service.evaluation.records, results_dir)
+    return EXIT_CODES[summary["state"]]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    paths = generate_test_set(args.out, preset=args.preset, seed=args.seed, overwrite=args.overwrite)
+    print(f"wrote {len(paths)} envs and metadata.csv to {args.out}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate}
+    try:
+        return handlers[args.command](args)
+    except (ArbiterError, FileExistsError, ValueError) as exc:
+        print(f"arbiter: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # redis unreachable and similar: a clear line, not a traceback
+        import redis
+
+        if isinstance(exc, redis.ConnectionError):
+            print(f"arbiter: error: cannot reach Redis: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""What a person watching ``arbiter run`` / ``arbiter serve`` sees: a line per episode, a table at the end."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any, TextIO
+
+
+def _duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+def _fmt(value: Any, digits: int = 4) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+class Progress:
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True):
+        self.stream = stream or sys.stderr
+        self.enabled = enabled
+
+    def _print(self, text: str) -> None:
+        if self.enabled:
+            print(text, file=self.stream, flush=True)
+
+    def started(self, *, service_id: str, tests: str, episodes: int, competition: str, debug: bool, redis: str) -> None:
+        label = " [DEBUG: first episodes only, shortened overall budget]" if debug else ""
+        self._print(
+            f"arbiter: evaluating {episodes} episodes of {tests} ({competition}){label}\n"
+            f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
+        )
+
+    def episode(self, record: dict[str, Any], evaluation: Any) -> None:
+        done = len(evaluation.records)
+        note = ""
+        if record["timed_out"]:
+            note = f"  TIMEOUT ({record['timeout']})"
+        elif record["abandoned"]:
+            note = "  ABANDONED"
+        elif record["skipped"]:
+            note = "  NOT PLAYED"
+        arrived = f"{record['arrived']}/{record['num_agents']}" if record["num_agents"] else "-"
+        tag = "[DEBUG] " if evaluation.debug else ""
+        self._print(
+            f"{tag}[{done}/{evaluation.total}] {record['env']:<22} steps {record['steps']:>5}  "
+            f"return {_fmt(record['normalized_return'])}  arrived {arrived:>5}{note}  | "
+            f"score so far {_fmt(evaluation.running_score())}  | "
+            f"time left {_duration(evaluation.time_left_s(time.monotonic()))}"
+        )
+
+    def finished(self, summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> None:
+        self._print(results_table(summary, records, results_dir))
+
+
+def results_table(summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> str:
+    lines = [
+        "",
+        f"{'#':>3}  {'env':<22} {'agents':>6} {'steps':>6} {'return':>9} {'arrived':>8}  note",
+    ]
+    for r in records:
+        note = "timeout " + r["timeout"] if r["timed_out"] else ("abandoned" if r["abandoned"] else "")
+        note = "not played" if r["skipped"] else note
+        lines.append(
+            f"{r['index']:>3}  {r['env']:<22} {r['num_agents'] or '-':>6} {r['steps']:>6} "
+            f"{r['normalized_return']:>9.4f} {r['arrived_fraction']:>8.3f}  {note}"
+        )
+    score = summary["score"]
+    debug = " (DEBUG run: not an official score)" if summary["debug"] else ""
+    lines.append("")
+    lines.append(f"state: {summary['state']}{debug} - {summary['termination_cause']}")
+    if score["primary"] is not None:
+        lines.append(f"primary   ({score['primary_name']}): {score['primary']:.6f}")
+        lines.append(f"secondary ({score['secondary_name']}): {score['secondary']:.6f}")
+    else:
+        lines.append("no score")
+    lines.append(f"evaluation time: {summary['timing']['evaluation_s']:.2f} s; results in {results_dir}")
+    return "\n".join(lines)

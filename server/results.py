@@ -1,0 +1,104 @@
+"""The results folder: each finished episode is written durably before anything else happens.
+
+- ``episodes.jsonl``: one JSON object per finished episode, appended, flushed and fsynced (the
+  source of truth);
+- ``results.csv``: the test set's metadata columns plus flatland's result columns, one row per
+  finished episode, rewritten atomically (temp file + rename) after each episode;
+- ``summary.json``: the evaluation's state and scores, rewritten atomically.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from typing import Any
+
+# flatland-rl's result columns, in its order, so tools reading its CSV read ours.
+FLATLAND_RESULT_COLUMNS = [
+    "reward",
+    "normalized_reward",
+    "percentage_complete",
+    "steps",
+    "simulation_time",
+    "nb_malfunctioning_trains",
+    "nb_deadlocked_trains",
+    "controller_inference_time_min",
+    "controller_inference_time_mean",
+    "controller_inference_time_max",
+]
+EXTRA_COLUMNS = ["timed_out", "timeout"]
+
+
+def _atomic_write(path: str, text: str) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(text)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class ResultsStore:
+    def __init__(self, directory: str, metadata_columns: list[str], metadata: dict[str, dict[str, str]]):
+        self.directory = directory
+        os.makedirs(directory, exist_ok=True)
+        self.episodes_path = os.path.join(directory, "episodes.jsonl")
+        self.csv_path = os.path.join(directory, "results.csv")
+        self.summary_path = os.path.join(directory, "summary.json")
+        self.metadata_columns = metadata_columns
+        self.metadata = metadata
+        self._csv_rows: list[dict[str, Any]] = []
+
+    def start_fresh(self) -> None:
+        """A new evaluation: earlier results in this folder would mix with ours."""
+        for path in (self.episodes_path, self.csv_path, self.summary_path):
+            if os.path.exists(path):
+                os.remove(path)
+        self._csv_rows = []
+
+    def add_episode(self, record: dict[str, Any]) -> None:
+        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+        with open(self.episodes_path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._csv_rows.append(self._csv_row(record))
+        self._write_csv()
+
+    def _csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
+        row: dict[str, Any] = dict(self.metadata.get(record["env"], {}))
+        if not row:
+            row.update({"test_id": record["test"], "env_id": record["level"]})
+        think = record.get("step_think_s") or {}
+        row.update(
+            {
+                "reward": record["reward"],
+                "normalized_reward": record["normalized_return"],
+                "percentage_complete": record["arrived_fraction"],
+                "steps": record["steps"],
+                "simulation_time": record["wall_s"],
+                "nb_malfunctioning_trains": record.get("malfunctions", 0),
+                "nb_deadlocked_trains": "",
+                "controller_inference_time_min": think.get("min", 0.0),
+                "controller_inference_time_mean": think.get("mean", 0.0),
+                "controller_inference_time_max": think.get("max", 0.0),
+                "timed_out": record["timed_out"],
+                "timeout": record.get("timeout") or "",
+            }
+        )
+        return row
+
+    def _write_csv(self) -> None:
+        columns = [c for c in self.metadata_columns if c not in FLATLAND_RESULT_COLUMNS]
+        columns = columns or ["test_id", "env_id"]
+        columns += FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(self._csv_rows)
+        _atomic_write(self.csv_path, out.getvalue())
+
+    def write_summary(self, summary: dict[str, Any]) -> None:
+        _atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")

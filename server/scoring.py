@@ -1,0 +1,119 @@
+"""Scoring rules: how one episode is scored and how episodes become leaderboard figures.
+
+A rule sees only finished-episode records (plain dicts, as written to episodes.jsonl), so a
+score can always be recomputed offline from the results folder.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from typing import Any, Protocol
+
+from arbiter.protocol.errors import ConfigError
+
+
+class ScoringRule(Protocol):
+    name: str
+    reward_model: str  # which per-step rewards the env applies (see protocol.flatland_env)
+    higher_is_better: bool
+
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+        """The per-episode figure; ``finished`` is False for a timed-out or unplayed episode."""
+
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float: ...
+
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]: ...
+
+
+def _spread(values: list[float], seed: int = 0) -> dict[str, Any]:
+    """Standard deviation, and a bootstrap 95% interval of the mean once there are 10+ values."""
+    spread: dict[str, Any] = {"n": len(values), "std": statistics.pstdev(values) if values else None}
+    if len(values) >= 10:
+        rng = random.Random(seed)  # fixed: the interval is part of a reproducible result
+        means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(2000))
+        spread["ci95"] = [means[int(0.025 * len(means))], means[int(0.975 * len(means)) - 1]]
+    else:
+        spread["ci95"] = None
+    return spread
+
+
+def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
+    tests: dict[str, list[float]] = {}
+    for record in episodes:
+        tests.setdefault(record["test"], []).append(record[key])
+    return {test: reduce(values) for test, values in tests.items()}
+
+
+class NeurIPS2020:
+    """SCORING.md §1: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
+
+    name = "neurips2020"
+    reward_model = "neurips2020"
+    higher_is_better = True
+
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+        if not finished:
+            return -1.0
+        return reward / (max_episode_steps * num_agents)
+
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
+        # Agents that reached their target before a timeout did arrive: the figure stays honest.
+        return arrived / num_agents
+
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+        returns = [r["normalized_return"] for r in episodes]
+        arrived = [r["arrived_fraction"] for r in episodes]
+        return {
+            "primary": statistics.fmean(returns),
+            "secondary": statistics.fmean(arrived),
+            "primary_name": "mean normalized return",
+            "secondary_name": "mean fraction of agents arrived",
+            "per_test": {
+                "primary": _per_test(episodes, "normalized_return", statistics.fmean),
+                "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
+            },
+            "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
+        }
+
+
+class Flatland3:
+    """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
+
+    name = "flatland3"
+    reward_model = "flatland"
+    higher_is_better = True
+
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+        if not finished:
+            return 0.0
+        return reward / (max_episode_steps * num_agents) + 1.0
+
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
+        return arrived / num_agents if finished else 0.0
+
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+        returns = [r["normalized_return"] for r in episodes]
+        arrived = [r["arrived_fraction"] for r in episodes]
+        return {
+            "primary": math.fsum(returns),
+            "secondary": statistics.fmean(arrived),
+            "primary_name": "sum of normalized rewards",
+            "secondary_name": "mean fraction of agents arrived",
+            "per_test": {
+                "primary": _per_test(episodes, "normalized_return", math.fsum),
+                "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
+            },
+            "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
+        }
+
+
+RULES: dict[str, type] = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}
+
+
+def scoring_rule(name: str) -> ScoringRule:
+    try:
+        return RULES[name]()
+    except KeyError:
+        raise ConfigError(f"unknown scoring rule {name!r}; known: {', '.join(sorted(RULES))}") from None

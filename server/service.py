@@ -1,0 +1,119 @@
+"""The service loop: it reads like flatland's request sequence (WIRE.md).
+
+    wait for the next request, at most until the nearest deadline
+    no request by then  → the evaluation expires that deadline (maybe a timeout for the client)
+    a request           → decode → dispatch table → handler → at most one reply
+
+Nothing a client sends can stop the loop: undecodable or unknown requests are counted and,
+where they name a valid reply list of this service, answered with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.protocol import codec, keys
+from arbiter.protocol.errors import ArbiterError, DecodeError, UnknownMessageType
+from arbiter.protocol.messages import FLATLAND_RL, error_reply
+
+from .evaluation import Evaluation
+from .transport import RedisTransport
+
+log = logging.getLogger(__name__)
+
+
+class EvaluatorService:
+    def __init__(self, evaluation: Evaluation, transport: RedisTransport):
+        self.evaluation = evaluation
+        self.transport = transport
+        self.service_id = transport.service_id
+        self._stop = threading.Event()
+        self._stop_reason = ""
+        self._agent_gone = threading.Event()
+        self._agent_status: int | None = None
+        self.dispatch: dict[str, Callable[[dict[str, Any], float], dict[str, Any] | None]] = {
+            FLATLAND_RL.PING: evaluation.on_ping,
+            FLATLAND_RL.ENV_CREATE: evaluation.on_create,
+            FLATLAND_RL.ENV_STEP: evaluation.on_step,
+            FLATLAND_RL.ENV_SUBMIT: evaluation.on_submit,
+        }
+
+    def request_stop(self, reason: str) -> None:
+        self._stop_reason = reason
+        self._stop.set()
+
+    def agent_exited(self, status: int) -> None:
+        """The local agent process ended (``arbiter run``): finish once its requests are handled."""
+        self._agent_status = status
+        self._agent_gone.set()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT end the evaluation as INTERRUPTED with everything finished kept."""
+
+        def handler(signum: int, frame: Any) -> None:
+            self.request_stop(f"stopped by {signal.Signals(signum).name}")
+
+        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signal.SIGINT, handler)
+
+    def run(self) -> dict[str, Any]:
+        evaluation = self.evaluation
+
+        def should_stop() -> bool:
+            return self._stop.is_set() or self._agent_gone.is_set()
+
+        while not evaluation.finished:
+            deadline = evaluation.deadline()
+            raw = self.transport.pop(deadline.at, should_stop=should_stop)
+            if self._stop.is_set():
+                evaluation.interrupt(self._stop_reason)
+                break
+            if raw is None and self._agent_gone.is_set():
+                # Requests the agent sent before exiting still count; then the evaluation ends.
+                raw = self.transport.pop_nowait()
+                if raw is None:
+                    evaluation.agent_exited(self._agent_status, time.monotonic())
+                    break
+            now = time.monotonic()
+            if raw is None:
+                for error in evaluation.expire(deadline, now):
+                    self.transport.push_error(codec.encode(error))
+                continue
+            self.handle(raw, now)
+        return evaluation.summary()
+
+    def handle(self, raw: bytes, now: float) -> None:
+        counters = self.evaluation.counters
+        try:
+            message = codec.decode(raw, codec.COMMAND_LIMITS)
+            if not isinstance(message, dict):
+                raise DecodeError(f"a request must be a map, got {type(message).__name__}")
+        except DecodeError as exc:
+            counters["bad_messages"] += 1
+            log.warning("rejected a message of %d bytes: %s", len(raw), exc)
+            return
+        channel = message.get("response_channel")
+        reply_to = channel if keys.is_valid_response_channel(channel, self.service_id) else None
+        if channel is not None and reply_to is None:
+            counters["bad_reply_channels"] += 1
+        payload = message.get("payload")
+        if not isinstance(payload, dict):
+            payload = {}
+        try:
+            handler = self.dispatch.get(message.get("type"))  # type: ignore[arg-type]
+            if handler is None:
+                counters["unknown_types"] += 1
+                raise UnknownMessageType(f"unknown request type {str(message.get('type'))[:80]!r}")
+            self.evaluation.check_overall(now)
+            response = handler(payload, now)
+        except ArbiterError as exc:
+            counters[f"errors_{exc.code.lower()}"] += 1
+            log.warning("request %s refused: %s", str(message.get("type"))[:80], exc)
+            response = error_reply(exc.code, str(exc))
+        if response is not None and reply_to is not None:
+            self.transport.reply(reply_to, codec.encode(response))
