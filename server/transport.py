@@ -16,6 +16,9 @@ from arbiter.protocol import keys
 from arbiter.protocol.redis_conn import connect
 
 POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
+# Redis turns a BRPOP timeout into whole milliseconds and 0 means "block forever": never send
+# a timeout that could round down to 0.
+MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
 MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop request
 REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of piling up
@@ -36,8 +39,9 @@ class RedisTransport:
         """The next command, or None once ``deadline`` (monotonic) passed or a stop was asked."""
         while not should_stop():
             remaining = deadline - time.monotonic()
-            if remaining > POLL_MARGIN_S:
-                found = self.redis.brpop([self.commands_key], timeout=min(remaining - POLL_MARGIN_S, MAX_BLOCK_S))
+            block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
+            if block_s >= MIN_BLOCK_S:
+                found = self.redis.brpop([self.commands_key], timeout=round(block_s, 3))
                 if found is not None:
                     return found[1]
                 continue

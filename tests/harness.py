@@ -1,0 +1,109 @@
+"""Shared helpers for tests that run a real evaluator against a real redis-server."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from arbiter.server.budgets import BudgetPolicy
+from arbiter.server.competition import CompetitionSpec
+from arbiter.server.evaluator import build_service
+from arbiter.server.service import EvaluatorService
+
+
+def wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:
+    """Poll ``condition`` until it is truthy; fail the test with ``what`` after ``timeout_s``."""
+    give_up = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > give_up:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.002)
+
+
+def spec(**budgets: Any) -> CompetitionSpec:
+    """The NeurIPS 2020 competition with the given (usually sub-second) budgets."""
+    scoring = budgets.pop("scoring", "neurips2020")
+    debug = budgets.pop("debug", False)
+    max_episodes = budgets.pop("max_episodes", None)
+    return CompetitionSpec(
+        name="test", scoring=scoring, debug=debug, max_episodes=max_episodes, budgets=BudgetPolicy(**budgets)
+    )
+
+
+@contextlib.contextmanager
+def running_service(
+    competition: CompetitionSpec, *, tests: str, results: str, redis_url: str, service_id: str
+) -> Iterator[tuple[EvaluatorService, dict[str, Any]]]:
+    """An evaluator serving in a background thread; yields (service, outcome) where outcome
+    gets "summary" once the evaluation ends. Always stopped and joined on exit."""
+    service = build_service(
+        competition, tests=tests, results_dir=results, redis_url=redis_url, service_id=service_id
+    )
+    outcome: dict[str, Any] = {}
+
+    def serve() -> None:
+        try:
+            outcome["summary"] = service.run()
+        except BaseException as exc:  # surfaced by finish() below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=serve, name="evaluator", daemon=True)
+    thread.start()
+    outcome["thread"] = thread
+    try:
+        yield service, outcome
+    finally:
+        service.request_stop("test finished")
+        thread.join(timeout=10)
+        service.transport.close()
+        assert not thread.is_alive(), "the evaluator thread did not stop"
+
+
+def finish(outcome: dict[str, Any], timeout_s: float = 20.0) -> dict[str, Any]:
+    """Wait for the evaluation in ``outcome`` to end and return its summary."""
+    outcome["thread"].join(timeout=timeout_s)
+    assert not outcome["thread"].is_alive(), "the evaluation did not end"
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["summary"]
+
+
+def read_episodes(results: str, missing_ok: bool = False) -> list[dict[str, Any]]:
+    if missing_ok and not os.path.exists(os.path.join(results, "episodes.jsonl")):
+        return []
+    with open(os.path.join(results, "episodes.jsonl"), encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def read_summary(results: str) -> dict[str, Any]:
+    with open(os.path.join(results, "summary.json"), encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def seeded_actions(episode: int, step: int, num_agents: int) -> dict[int, int]:
+    """A deterministic agent: actions are a pure function of episode, step and handle."""
+    rng = np.random.default_rng([episode, step])
+    return {handle: int(a) for handle, a in enumerate(rng.integers(0, 5, size=num_agents))}
+
+
+def play_episode(client: Any, episode: int, record: list | None = None) -> dict:
+    """Step the client's current episode to the end with ``seeded_actions``; returns last done."""
+    step = 0
+    while True:
+        actions = seeded_actions(episode, step, client.env.get_num_agents())
+        if record is not None:
+            record.append(actions)
+        _, _, done, _ = client.env_step(actions)
+        step += 1
+        if done["__all__"]:
+            return done
