@@ -1,6 +1,6 @@
 """arbiter's participant SDK.
 
-    from arbiter.client import RemoteClient, TimeoutException
+from arbiter.client import RemoteClient, TimeoutException
 """
 
 from arbiter.protocol.errors import ArbiterError, ServerUnavailable, TimeoutException

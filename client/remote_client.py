@@ -59,8 +59,10 @@ class RemoteClient:
         test_env_folder: str | None = None,
         step_replies: bool = False,
     ):
-        self.redis_url = redis_url or os.environ.get("ARBITER_REDIS_URL") or (
-            f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
+        self.redis_url = (
+            redis_url
+            or os.environ.get("ARBITER_REDIS_URL")
+            or (f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0")
         )
         self.service_id = keys.validate_service_id(
             service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID
@@ -90,9 +92,7 @@ class RemoteClient:
         while True:
             wait_s = min(HANDSHAKE_RETRY_S, give_up - time.monotonic())
             try:
-                response = self._request(
-                    FLATLAND_RL.PING, {"version": _flatland_version()}, wait_s=max(wait_s, 0.01)
-                )
+                response = self._request(FLATLAND_RL.PING, {"version": _flatland_version()}, wait_s=max(wait_s, 0.01))
                 break
             except ServerUnavailable:
                 if time.monotonic() >= give_up:

@@ -80,9 +80,7 @@ def _numpy_from_map(obj: dict) -> Any:
     dtype_str = obj.get(b"type")
     if isinstance(dtype_str, bytes):
         dtype_str = dtype_str.decode("ascii", "replace")
-    if obj.get(b"kind", b"") not in (b"", "") or not isinstance(dtype_str, str) or not _PLAIN_DTYPE_RE.match(
-        dtype_str
-    ):
+    if obj.get(b"kind", b"") not in (b"", "") or not isinstance(dtype_str, str) or not _PLAIN_DTYPE_RE.match(dtype_str):
         raise DecodeError(f"numpy payload of unsupported dtype {dtype_str!r} (only plain dtypes are accepted)")
     try:
         dtype = np.dtype(dtype_str)

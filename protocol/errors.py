@@ -81,9 +81,18 @@ class ConfigError(ArbiterError):
 ERRORS_BY_CODE: dict[str, type[ArbiterError]] = {
     cls.code: cls
     for cls in (
-        ArbiterError, ProtocolError, DecodeError, MessageTooLarge, UnknownMessageType,
-        OutOfOrder, InvalidAction, VersionMismatch, EvaluationError, ServerUnavailable,
-        TimeoutException, ConfigError,
+        ArbiterError,
+        ProtocolError,
+        DecodeError,
+        MessageTooLarge,
+        UnknownMessageType,
+        OutOfOrder,
+        InvalidAction,
+        VersionMismatch,
+        EvaluationError,
+        ServerUnavailable,
+        TimeoutException,
+        ConfigError,
     )
 }
 

@@ -19,9 +19,7 @@ RESPONSE_TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
 
 def validate_service_id(service_id: str) -> str:
     if not isinstance(service_id, str) or not SERVICE_ID_RE.match(service_id):
-        raise ValueError(
-            f"invalid service id {service_id!r}: use 1-64 characters from A-Z a-z 0-9 _ . -"
-        )
+        raise ValueError(f"invalid service id {service_id!r}: use 1-64 characters from A-Z a-z 0-9 _ . -")
     return service_id
 
 
@@ -49,7 +47,7 @@ def is_valid_response_channel(channel: object, service_id: str) -> bool:
     if not isinstance(channel, str):
         return False
     prefix = response_prefix(service_id)
-    return channel.startswith(prefix) and bool(RESPONSE_TOKEN_RE.match(channel[len(prefix):]))
+    return channel.startswith(prefix) and bool(RESPONSE_TOKEN_RE.match(channel[len(prefix) :]))
 
 
 def evaluation_keys(service_id: str) -> list[str]:

@@ -54,19 +54,24 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--redis-url", help="Redis to use (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
     parser.add_argument("--service-id", help="evaluation id, the Redis key namespace (default: $AICROWD_SUBMISSION_ID)")
     parser.add_argument("--results", metavar="DIR", help="results folder (default: arbiter-results/<time>)")
-    parser.add_argument("--competition", default=None, metavar="NAME|FILE",
-                        help=f"competition preset ({', '.join(preset_names())}) or a .toml file "
-                             f"(default: {DEFAULT_COMPETITION})")
+    parser.add_argument(
+        "--competition",
+        default=None,
+        metavar="NAME|FILE",
+        help=f"competition preset ({', '.join(preset_names())}) or a .toml file (default: {DEFAULT_COMPETITION})",
+    )
     parser.add_argument("--scoring", choices=["neurips2020", "flatland3"], help="override the scoring rule")
     parser.add_argument("--debug", action="store_true", help="debug run: first 28 episodes, 48 minutes overall")
     parser.add_argument("--seed", type=int, help="evaluation seed every env is reset with (default 1001)")
     parser.add_argument("--planning-timeout", type=_positive(float), metavar="S", help="planning budget per episode")
     parser.add_argument("--step-timeout", type=_positive(float), metavar="S", help="budget per step")
     parser.add_argument("--overall-timeout", type=_positive(float), metavar="S", help="budget for the whole evaluation")
-    parser.add_argument("--idle-timeout", type=_positive(float), metavar="S",
-                        help="wait for a client / the next episode before ending")
-    parser.add_argument("--max-successive-timeouts", type=_positive(int), metavar="N",
-                        help="timeouts in a row that end the evaluation")
+    parser.add_argument(
+        "--idle-timeout", type=_positive(float), metavar="S", help="wait for a client / the next episode before ending"
+    )
+    parser.add_argument(
+        "--max-successive-timeouts", type=_positive(int), metavar="N", help="timeouts in a row that end the evaluation"
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
 
@@ -75,8 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="evaluate an agent locally in one command",
-                              usage="arbiter run [options] -- AGENT_COMMAND...")
+    run = commands.add_parser(
+        "run", help="evaluate an agent locally in one command", usage="arbiter run [options] -- AGENT_COMMAND..."
+    )
     _shared_options(run)
     run.add_argument("agent", nargs=argparse.REMAINDER, help="the agent command, after --")
 
@@ -137,6 +143,10 @@ def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | N
     return f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
 
 
+def resolve_service_id(args: argparse.Namespace) -> str:
+    return keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+
+
 def resolve_results(args: argparse.Namespace) -> str:
     if args.results:
         return args.results
@@ -156,7 +166,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
     if not tests:
         tests = str(cached_test_set(DEBUG_TEST_PRESET, DEBUG_TEST_SEED))
-    service_id = keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    service_id = resolve_service_id(args)
     outcome = run_local(
         spec,
         agent_command=agent,
@@ -178,17 +188,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
     if not tests:
         raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
-    service_id = keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)
     results_dir = resolve_results(args)
     progress = Progress(enabled=not args.quiet)
     service = build_service(
-        spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id,
+        spec,
+        tests=tests,
+        results_dir=results_dir,
+        redis_url=redis_url,
+        service_id=service_id,
         on_episode=progress.episode,
     )
     service.install_signal_handlers()
-    progress.started(service_id=service_id, tests=tests, episodes=service.evaluation.total,
-                     competition=spec.name, debug=spec.debug, redis=redis_url)
+    progress.started(
+        service_id=service_id,
+        tests=tests,
+        episodes=service.evaluation.total,
+        competition=spec.name,
+        debug=spec.debug,
+        redis=redis_url,
+    )
     summary = service.run()
     service.transport.close()
     progress.finished(summary, service.evaluation.records, results_dir)
@@ -204,8 +224,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate}
     try:
         return handlers[args.command](args)

@@ -42,7 +42,7 @@ from .scoring import ScoringRule
 log = logging.getLogger(__name__)
 
 
-class State(str, enum.Enum):
+class State(enum.StrEnum):
     RUNNING = "RUNNING"
     SUCCESS = "SUCCESS"
     FAILED = "FAILED"
@@ -175,12 +175,15 @@ class Evaluation:
             self._count_timeout(now)
             return []
         if wait is Wait.NEXT_EPISODE:
-            self._end_early(f"the client asked for no new episode within the idle budget of {self.budgets.idle_s:g} s", now)
+            self._end_early(
+                f"the client asked for no new episode within the idle budget of {self.budgets.idle_s:g} s", now
+            )
             return []
         if wait is Wait.SUBMIT:
             self.finish(
                 State.SUCCESS,
-                f"all {self.total} episodes evaluated; no ENV_SUBMIT within the idle budget of {self.budgets.idle_s:g} s",
+                f"all {self.total} episodes evaluated; "
+                f"no ENV_SUBMIT within the idle budget of {self.budgets.idle_s:g} s",
                 now,
             )
         return []
@@ -368,7 +371,12 @@ class Evaluation:
     ) -> None:
         if episode is not None:
             num_agents = episode.num_agents
-            max_steps, steps, reward, arrived = episode.max_episode_steps, episode.steps, episode.reward, episode.arrived()
+            max_steps, steps, reward, arrived = (
+                episode.max_episode_steps,
+                episode.steps,
+                episode.reward,
+                episode.arrived(),
+            )
         else:
             max_steps, steps, reward, arrived = None, 0, 0.0, 0
         normalized = self.rule.normalized_return(

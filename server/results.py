@@ -28,7 +28,7 @@ FLATLAND_RESULT_COLUMNS = [
     "controller_inference_time_mean",
     "controller_inference_time_max",
 ]
-EXTRA_COLUMNS = ["timed_out", "timeout"]
+EXTRA_COLUMNS = ["timed_out", "timeout", "debug"]
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -86,6 +86,7 @@ class ResultsStore:
                 "controller_inference_time_max": think.get("max", 0.0),
                 "timed_out": record["timed_out"],
                 "timeout": record.get("timeout") or "",
+                "debug": record.get("debug", False),
             }
         )
         return row

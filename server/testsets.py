@@ -31,9 +31,21 @@ logger = logging.getLogger(__name__)
 
 #: Column names and order expected by flatland's evaluator (it builds ``test_id + "/" + env_id + ".pkl"``).
 METADATA_COLUMNS = [
-    "test_id", "env_id", "n_agents", "x_dim", "y_dim", "n_cities", "max_rail_pairs_in_city", "n_envs_run",
-    "seed", "grid_mode", "max_rails_between_cities", "malfunction_duration_min", "malfunction_duration_max",
-    "malfunction_interval", "speed_ratios",
+    "test_id",
+    "env_id",
+    "n_agents",
+    "x_dim",
+    "y_dim",
+    "n_cities",
+    "max_rail_pairs_in_city",
+    "n_envs_run",
+    "seed",
+    "grid_mode",
+    "max_rails_between_cities",
+    "malfunction_duration_min",
+    "malfunction_duration_max",
+    "malfunction_interval",
+    "speed_ratios",
 ]
 
 #: flatland's own default speed mix (Flatland 3 test sets).
@@ -47,14 +59,24 @@ _TEST_RE = re.compile(r"^Test_(\d+)$")
 _LEVEL_RE = re.compile(r"^Level_(\d+)\.pkl$")
 
 
-def _env(test: int, level: int, n_agents: int, dim: int, n_cities: int = 2,
-         malfunction_interval: int = 300, **overrides: Any) -> dict[str, Any]:
+def _env(
+    test: int, level: int, n_agents: int, dim: int, n_cities: int = 2, malfunction_interval: int = 300, **overrides: Any
+) -> dict[str, Any]:
     """One preset entry: where the env goes (test, level) and the env_generator parameters for it."""
     params: dict[str, Any] = {
-        "test": test, "level": level, "n_agents": n_agents, "x_dim": dim, "y_dim": dim,
-        "n_cities": n_cities, "max_rail_pairs_in_city": 2, "grid_mode": False, "max_rails_between_cities": 2,
-        "malfunction_duration_min": 20, "malfunction_duration_max": 50,
-        "malfunction_interval": malfunction_interval, "speed_ratios": dict(DEFAULT_SPEED_RATIOS),
+        "test": test,
+        "level": level,
+        "n_agents": n_agents,
+        "x_dim": dim,
+        "y_dim": dim,
+        "n_cities": n_cities,
+        "max_rail_pairs_in_city": 2,
+        "grid_mode": False,
+        "max_rails_between_cities": 2,
+        "malfunction_duration_min": 20,
+        "malfunction_duration_max": 50,
+        "malfunction_interval": malfunction_interval,
+        "speed_ratios": dict(DEFAULT_SPEED_RATIOS),
     }
     params.update(overrides)
     return params
@@ -63,16 +85,25 @@ def _env(test: int, level: int, n_agents: int, dim: int, n_cities: int = 2,
 PRESETS: dict[str, list[dict[str, Any]]] = {
     # Small and quick, but with malfunctions and mixed speeds so every code path of an episode is exercised.
     "debug": [
-        _env(0, 0, 2, 25, malfunction_interval=250), _env(0, 1, 3, 25, malfunction_interval=250),
-        _env(0, 2, 4, 30, malfunction_interval=250), _env(0, 3, 5, 30, malfunction_interval=250),
-        _env(1, 0, 5, 30), _env(1, 1, 6, 30), _env(1, 2, 7, 35), _env(1, 3, 8, 35),
+        _env(0, 0, 2, 25, malfunction_interval=250),
+        _env(0, 1, 3, 25, malfunction_interval=250),
+        _env(0, 2, 4, 30, malfunction_interval=250),
+        _env(0, 3, 5, 30, malfunction_interval=250),
+        _env(1, 0, 5, 30),
+        _env(1, 1, 6, 30),
+        _env(1, 2, 7, 35),
+        _env(1, 3, 8, 35),
     ],
     # For unit tests: as small as flatland allows while still having two cities.
     "tiny": [_env(0, level, 2, 25, malfunction_interval=250) for level in range(3)],
     # Growing sizes, one Test per size, to measure how the evaluator scales.
     "bench": [
-        _env(0, 0, 3, 30), _env(1, 0, 10, 40, n_cities=3), _env(2, 0, 20, 50, n_cities=4),
-        _env(3, 0, 30, 60, n_cities=5), _env(4, 0, 40, 70, n_cities=6), _env(5, 0, 50, 80, n_cities=7),
+        _env(0, 0, 3, 30),
+        _env(1, 0, 10, 40, n_cities=3),
+        _env(2, 0, 20, 50, n_cities=4),
+        _env(3, 0, 30, 60, n_cities=5),
+        _env(4, 0, 40, 70, n_cities=6),
+        _env(5, 0, 50, 80, n_cities=7),
     ],
 }
 
@@ -95,8 +126,7 @@ def _generate_env(params: dict[str, Any], seed: int) -> tuple[Any, int]:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                env, _, _ = env_generator(**gen_kwargs, seed=env_seed,
-                                          obs_builder_object=DummyObservationBuilder())
+                env, _, _ = env_generator(**gen_kwargs, seed=env_seed, obs_builder_object=DummyObservationBuilder())
             except Exception as exc:  # flatland raises assorted errors on unlucky seeds
                 problems.append(f"seed {env_seed}: {type(exc).__name__}: {exc}")
                 continue
@@ -108,22 +138,30 @@ def _generate_env(params: dict[str, Any], seed: int) -> tuple[Any, int]:
             problems.append(f"seed {env_seed}: got {len(env.agents)} agents, wanted {params['n_agents']}")
         else:
             if attempt:
-                logger.debug("Test_%s/Level_%s needed %d retries: %s", params["test"], params["level"],
-                             attempt, problems)
+                logger.debug(
+                    "Test_%s/Level_%s needed %d retries: %s", params["test"], params["level"], attempt, problems
+                )
             return env, env_seed
-    raise RuntimeError(f"could not generate Test_{params['test']}/Level_{params['level']} "
-                       f"in {MAX_TRIES} tries: {problems[-3:]}")
+    raise RuntimeError(
+        f"could not generate Test_{params['test']}/Level_{params['level']} in {MAX_TRIES} tries: {problems[-3:]}"
+    )
 
 
 def _metadata_row(params: dict[str, Any], env_seed: int) -> dict[str, Any]:
     row = {k: params[k] for k in METADATA_COLUMNS if k in params}
-    row.update(test_id=f"Test_{params['test']}", env_id=f"Level_{params['level']}", n_envs_run=1,
-               seed=env_seed, speed_ratios=str(params["speed_ratios"]))
+    row.update(
+        test_id=f"Test_{params['test']}",
+        env_id=f"Level_{params['level']}",
+        n_envs_run=1,
+        seed=env_seed,
+        speed_ratios=str(params["speed_ratios"]),
+    )
     return row
 
 
-def generate_test_set(out_dir: str | os.PathLike[str], preset: str = "debug", seed: int = 42,
-                      overwrite: bool = False) -> list[str]:
+def generate_test_set(
+    out_dir: str | os.PathLike[str], preset: str = "debug", seed: int = 42, overwrite: bool = False
+) -> list[str]:
     """Write ``preset`` as a flatland test folder at ``out_dir``; return the env paths in (test, level) order.
 
     Refuses a non-empty ``out_dir`` unless ``overwrite`` so a typo cannot clobber a real test set.
@@ -170,8 +208,7 @@ def _move_into_place(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)  # POSIX rename replaces an empty directory atomically
 
 
-def cached_test_set(preset: str = "debug", seed: int = 42,
-                    cache_dir: str | os.PathLike[str] | None = None) -> Path:
+def cached_test_set(preset: str = "debug", seed: int = 42, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Return a folder holding ``preset``, generating it on first use.
 
     The folder name includes the flatland version because pickles (and generator output) change between
@@ -213,8 +250,7 @@ def list_env_paths(tests_dir: str | os.PathLike[str]) -> list[str]:
             for env_file in test_dir.iterdir():
                 level_match = _LEVEL_RE.match(env_file.name)
                 if level_match and env_file.is_file():
-                    found.append((int(test_match[1]), int(level_match[1]),
-                                  f"{test_dir.name}/{env_file.name}"))
+                    found.append((int(test_match[1]), int(level_match[1]), f"{test_dir.name}/{env_file.name}"))
     if not found:
         raise ValueError(f"no Test_<t>/Level_<l>.pkl envs found under {root}")
     return [rel for _, _, rel in sorted(found)]

@@ -46,9 +46,7 @@ def running_service(
 ) -> Iterator[tuple[EvaluatorService, dict[str, Any]]]:
     """An evaluator serving in a background thread; yields (service, outcome) where outcome
     gets "summary" once the evaluation ends. Always stopped and joined on exit."""
-    service = build_service(
-        competition, tests=tests, results_dir=results, redis_url=redis_url, service_id=service_id
-    )
+    service = build_service(competition, tests=tests, results_dir=results, redis_url=redis_url, service_id=service_id)
     outcome: dict[str, Any] = {}
 
     def serve() -> None:

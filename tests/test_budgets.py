@@ -124,9 +124,7 @@ def test_successive_timeouts_end_the_evaluation_with_a_score(redis_url, service_
     assert ended_after_s < 3.0  # three 0.2 s budgets, not an idle budget
 
 
-def test_overall_budget_fails_the_evaluation_but_keeps_finished_episodes(
-    redis_url, service_id, tiny_tests, tmp_path
-):
+def test_overall_budget_fails_the_evaluation_but_keeps_finished_episodes(redis_url, service_id, tiny_tests, tmp_path):
     results = str(tmp_path / "r")
     with running_service(
         spec(overall_s=1.0, step_s=5), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id

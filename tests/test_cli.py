@@ -43,8 +43,18 @@ def test_generate_writes_a_flatland_test_folder(tmp_path):
 def test_run_with_the_example_agent(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
-        "run", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
-        "--results", str(results), "--", sys.executable, "examples/random_agent.py",
+        "run",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "examples/random_agent.py",
     )
     assert done.returncode == 0, done.stderr
     summary = summary_of(results)
@@ -62,8 +72,15 @@ def test_run_with_the_legacy_starter_kit_agent_on_the_embedded_redis(tmp_path, t
         pytest.skip("port 6379 is taken by another Redis on this machine; the embedded one needs it here")
     results = tmp_path / "results"
     done = arbiter(
-        "run", "--tests", tiny_tests, "--results", str(results), "--debug",
-        "--", sys.executable, "examples/legacy_starter_kit_agent.py",
+        "run",
+        "--tests",
+        tiny_tests,
+        "--results",
+        str(results),
+        "--debug",
+        "--",
+        sys.executable,
+        "examples/legacy_starter_kit_agent.py",
     )
     assert done.returncode == 0, done.stderr
     summary = summary_of(results)
@@ -75,8 +92,16 @@ def test_run_with_the_legacy_starter_kit_agent_on_the_embedded_redis(tmp_path, t
 def test_run_without_tests_uses_the_generated_debug_set(redis_url, service_id, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
-        "run", "--redis-url", redis_url, "--service-id", service_id, "--results", str(results),
-        "--", sys.executable, "examples/random_agent.py",
+        "run",
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "examples/random_agent.py",
         env={"ARBITER_CACHE_DIR": str(tmp_path / "cache")},
     )
     assert done.returncode == 0, done.stderr
@@ -88,8 +113,19 @@ def test_run_without_tests_uses_the_generated_debug_set(redis_url, service_id, t
 def test_run_reports_a_crashing_agent(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
-        "run", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
-        "--results", str(results), "--", sys.executable, "-c", "import sys; sys.exit(3)",
+        "run",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
     )
     assert done.returncode == 1
     assert "the agent exited with status 3" in done.stderr
@@ -105,8 +141,17 @@ def test_run_needs_an_agent_command(tiny_tests):
 def test_serve_with_no_client_ends_after_the_idle_budget(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
-        "serve", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
-        "--results", str(results), "--idle-timeout", "0.3",
+        "serve",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--idle-timeout",
+        "0.3",
     )
     assert done.returncode == 1
     summary = summary_of(results)
@@ -117,9 +162,19 @@ def test_serve_with_no_client_ends_after_the_idle_budget(redis_url, service_id, 
 def test_serve_reads_flatland_environment_variables(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
-        "serve", "--redis-url", redis_url, "--results", str(results), "--idle-timeout", "0.2",
-        env={"AICROWD_TESTS_FOLDER": tiny_tests, "AICROWD_SUBMISSION_ID": service_id,
-             "FLATLAND_PER_STEP_TIMEOUT": "2.5", "FLATLAND_INITIAL_PLANNING_TIMEOUT": "7"},
+        "serve",
+        "--redis-url",
+        redis_url,
+        "--results",
+        str(results),
+        "--idle-timeout",
+        "0.2",
+        env={
+            "AICROWD_TESTS_FOLDER": tiny_tests,
+            "AICROWD_SUBMISSION_ID": service_id,
+            "FLATLAND_PER_STEP_TIMEOUT": "2.5",
+            "FLATLAND_INITIAL_PLANNING_TIMEOUT": "7",
+        },
     )
     summary = summary_of(results)
     assert done.returncode == 1

@@ -81,9 +81,7 @@ class FlatlandEpisode:
         # Encode before building: build_rail_env rewrites the dict's agents in place.
         self.wire_state = env_state_to_wire(env_dict)
         self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model))
-        self.observation, self.info = self.env.reset(
-            regenerate_rail=True, regenerate_schedule=True, random_seed=seed
-        )
+        self.observation, self.info = self.env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=seed)
         self.num_agents = self.env.get_num_agents()
         self.max_episode_steps = int(self.env._max_episode_steps)
         self.steps = 0
