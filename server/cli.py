@@ -182,7 +182,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from .evaluator import build_service
+    from .evaluator import run_to_end, start_service
 
     spec = resolve_spec(args)
     tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
@@ -192,26 +192,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     redis_url = resolve_redis_url(args, embedded_ok=False)
     results_dir = resolve_results(args)
     progress = Progress(enabled=not args.quiet)
-    service = build_service(
-        spec,
-        tests=tests,
-        results_dir=results_dir,
-        redis_url=redis_url,
-        service_id=service_id,
-        on_episode=progress.episode,
+    service = start_service(
+        spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id, progress=progress
     )
-    service.install_signal_handlers()
-    progress.started(
-        service_id=service_id,
-        tests=tests,
-        episodes=service.evaluation.total,
-        competition=spec.name,
-        debug=spec.debug,
-        redis=redis_url,
-    )
-    summary = service.run()
-    service.transport.close()
-    progress.finished(summary, service.evaluation.records, results_dir)
+    summary = run_to_end(service, progress, results_dir)
     return EXIT_CODES[summary["state"]]
 
 

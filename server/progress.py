@@ -23,13 +23,13 @@ class Progress:
         self.stream = stream or sys.stderr
         self.enabled = enabled
 
-    def _print(self, text: str) -> None:
+    def note(self, text: str) -> None:
         if self.enabled:
             print(text, file=self.stream, flush=True)
 
     def started(self, *, service_id: str, tests: str, episodes: int, competition: str, debug: bool, redis: str) -> None:
         label = " [DEBUG: first episodes only, shortened overall budget]" if debug else ""
-        self._print(
+        self.note(
             f"arbiter: evaluating {episodes} episodes of {tests} ({competition}){label}\n"
             f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
         )
@@ -45,7 +45,7 @@ class Progress:
             note = "  NOT PLAYED"
         arrived = f"{record['arrived']}/{record['num_agents']}" if record["num_agents"] else "-"
         tag = "[DEBUG] " if evaluation.debug else ""
-        self._print(
+        self.note(
             f"{tag}[{done}/{evaluation.total}] {record['env']:<22} steps {record['steps']:>5}  "
             f"return {_fmt(record['normalized_return'])}  arrived {arrived:>5}{note}  | "
             f"score so far {_fmt(evaluation.running_score())}  | "
@@ -53,7 +53,7 @@ class Progress:
         )
 
     def finished(self, summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> None:
-        self._print(results_table(summary, records, results_dir))
+        self.note(results_table(summary, records, results_dir))
 
 
 def results_table(summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> str:

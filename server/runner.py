@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 from .competition import CompetitionSpec
 from .embedded_redis import EmbeddedRedis
 from .evaluation import State
-from .evaluator import build_service
+from .evaluator import run_to_end, start_service
 from .progress import Progress
 
 log = logging.getLogger(__name__)
@@ -70,28 +70,14 @@ def run_local(
         embedded.start()
         redis_url = embedded.url
         if embedded.port != 6379:
-            progress._print(
+            progress.note(
                 f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
                 "flatland's FlatlandRemoteClient with its default port will not reach it"
             )
     agent = None
     try:
-        service = build_service(
-            spec,
-            tests=tests,
-            results_dir=results_dir,
-            redis_url=redis_url,
-            service_id=service_id,
-            on_episode=progress.episode,
-        )
-        service.install_signal_handlers()
-        progress.started(
-            service_id=service_id,
-            tests=tests,
-            episodes=service.evaluation.total,
-            competition=spec.name,
-            debug=spec.debug,
-            redis=redis_url,
+        service = start_service(
+            spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id, progress=progress
         )
         try:
             agent = subprocess.Popen(agent_command, env=agent_environment(redis_url, service_id, tests))
@@ -105,10 +91,8 @@ def run_local(
             service.agent_exited(agent.wait())
 
         threading.Thread(target=watch_agent, name="agent-watcher", daemon=True).start()
-        summary = service.run()
-        service.transport.close()
+        summary = run_to_end(service, progress, results_dir)
         _stop_agent(agent)
-        progress.finished(summary, service.evaluation.records, results_dir)
         status = agent.returncode
         if summary["state"] == State.SUCCESS.value:
             exit_code = 0 if status in (0, None) else 1

@@ -46,6 +46,23 @@ def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str
     return {test: reduce(values) for test, values in tests.items()}
 
 
+def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: str) -> dict[str, Any]:
+    """Primary: ``primary_of`` the episodes' normalized returns; secondary: mean arrived fraction."""
+    returns = [r["normalized_return"] for r in episodes]
+    arrived = [r["arrived_fraction"] for r in episodes]
+    return {
+        "primary": primary_of(returns),
+        "secondary": statistics.fmean(arrived),
+        "primary_name": primary_name,
+        "secondary_name": "mean fraction of agents arrived",
+        "per_test": {
+            "primary": _per_test(episodes, "normalized_return", primary_of),
+            "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
+        },
+        "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
+    }
+
+
 class NeurIPS2020:
     """SCORING.md §1: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
 
@@ -63,19 +80,7 @@ class NeurIPS2020:
         return arrived / num_agents
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        returns = [r["normalized_return"] for r in episodes]
-        arrived = [r["arrived_fraction"] for r in episodes]
-        return {
-            "primary": statistics.fmean(returns),
-            "secondary": statistics.fmean(arrived),
-            "primary_name": "mean normalized return",
-            "secondary_name": "mean fraction of agents arrived",
-            "per_test": {
-                "primary": _per_test(episodes, "normalized_return", statistics.fmean),
-                "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
-            },
-            "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
-        }
+        return _aggregate(episodes, statistics.fmean, "mean normalized return")
 
 
 class Flatland3:
@@ -94,19 +99,7 @@ class Flatland3:
         return arrived / num_agents if finished else 0.0
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        returns = [r["normalized_return"] for r in episodes]
-        arrived = [r["arrived_fraction"] for r in episodes]
-        return {
-            "primary": math.fsum(returns),
-            "secondary": statistics.fmean(arrived),
-            "primary_name": "sum of normalized rewards",
-            "secondary_name": "mean fraction of agents arrived",
-            "per_test": {
-                "primary": _per_test(episodes, "normalized_return", math.fsum),
-                "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
-            },
-            "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
-        }
+        return _aggregate(episodes, math.fsum, "sum of normalized rewards")
 
 
 RULES: dict[str, type] = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}
