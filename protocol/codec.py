@@ -16,10 +16,17 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
-import msgpack
 import numpy as np
 
 from .errors import DecodeError, MessageTooLarge
+
+# msgpack's own implementation, bound explicitly: importing flatland runs msgpack_numpy.patch(),
+# which replaces msgpack.packb/unpackb with versions that unpickle object arrays. Through the
+# module attributes, the codec would inherit that code-execution path.
+try:
+    from msgpack import _cmsgpack as _msgpack
+except ImportError:  # pure-Python builds of msgpack
+    from msgpack import fallback as _msgpack  # type: ignore[no-redef]
 
 
 @dataclass(frozen=True)
@@ -39,8 +46,8 @@ REPLY_LIMITS = Limits(
     max_bytes=256 * 1024 * 1024, max_depth=64, max_container_len=50_000_000, max_str_len=64 * 1024 * 1024
 )
 
-_PLAIN_DTYPE_RE = re.compile(r"^[<>|=]?[biufc]\d{1,2}$")
-_FRACTION_RE = re.compile(r"^\(\s*(-?\d{1,30})\s*,\s*(-?\d{1,30})\s*\)$")
+_PLAIN_DTYPE_RE = re.compile(r"[<>|=]?[biufc]\d{1,2}")
+_FRACTION_RE = re.compile(r"\(\s*(-?\d{1,300})\s*,\s*(-?\d{1,300})\s*\)")
 _MAX_NDIM = 32
 
 
@@ -71,7 +78,7 @@ def _default(obj: Any) -> Any:
 
 def encode(message: Any) -> bytes:
     try:
-        return msgpack.packb(message, use_bin_type=True, default=_default)
+        return _msgpack.Packer(use_bin_type=True, default=_default).pack(message)
     except (TypeError, ValueError, OverflowError) as exc:
         raise DecodeError(f"cannot encode message: {exc}") from exc
 
@@ -80,7 +87,11 @@ def _numpy_from_map(obj: dict) -> Any:
     dtype_str = obj.get(b"type")
     if isinstance(dtype_str, bytes):
         dtype_str = dtype_str.decode("ascii", "replace")
-    if obj.get(b"kind", b"") not in (b"", "") or not isinstance(dtype_str, str) or not _PLAIN_DTYPE_RE.match(dtype_str):
+    if (
+        obj.get(b"kind", b"") not in (b"", "")
+        or not isinstance(dtype_str, str)
+        or not _PLAIN_DTYPE_RE.fullmatch(dtype_str)
+    ):
         raise DecodeError(f"numpy payload of unsupported dtype {dtype_str!r} (only plain dtypes are accepted)")
     try:
         dtype = np.dtype(dtype_str)
@@ -109,7 +120,7 @@ def _object_hook(obj: dict) -> Any:
     if b"nd" in obj:
         return _numpy_from_map(obj)
     if obj.get("__fraction__") is True:
-        match = _FRACTION_RE.match(str(obj.get("as_str", "")))
+        match = _FRACTION_RE.fullmatch(str(obj.get("as_str", "")))
         if not match or int(match.group(2)) == 0:
             raise DecodeError(f"bad fraction {obj.get('as_str')!r}")
         return Fraction(int(match.group(1)), int(match.group(2)))
@@ -120,16 +131,64 @@ def _reject_ext(code: int, data: bytes) -> Any:
     raise DecodeError(f"msgpack extension type {code} is not accepted")
 
 
-def _check_depth(message: Any, max_depth: int) -> None:
-    stack = [(message, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if depth > max_depth:
-            raise DecodeError(f"message nested deeper than {max_depth} levels")
-        if isinstance(item, dict):
-            stack.extend((v, depth + 1) for v in item.values())
-        elif isinstance(item, list):
-            stack.extend((v, depth + 1) for v in item)
+# msgpack format bytes → (bytes of length prefix, fixed payload bytes) for the variable and
+# fixed-size scalar types; containers and fix-types are handled in _prescan.
+_SCALAR_SIZES = {
+    0xC0: (0, 0), 0xC2: (0, 0), 0xC3: (0, 0),  # nil, false, true
+    0xC4: (1, 0), 0xC5: (2, 0), 0xC6: (4, 0),  # bin 8/16/32
+    0xCA: (0, 4), 0xCB: (0, 8),  # float 32/64
+    0xCC: (0, 1), 0xCD: (0, 2), 0xCE: (0, 4), 0xCF: (0, 8),  # uint 8..64
+    0xD0: (0, 1), 0xD1: (0, 2), 0xD2: (0, 4), 0xD3: (0, 8),  # int 8..64
+    0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),  # str 8/16/32
+}  # fmt: skip
+_CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}  # array 16/32, map 16/32
+
+
+def _prescan(data: bytes, max_depth: int) -> None:
+    """Walk the message's structure without building it: nesting within ``max_depth``, and no
+    container claiming more elements than there are bytes left to hold them. msgpack allocates
+    what a header claims before it reads the elements, so this keeps a small hostile message
+    from costing a large allocation."""
+    size = len(data)
+    pos = 0
+    remaining = [1]  # elements still expected at each open level; the root holds one value
+    while remaining:
+        if remaining[-1] == 0:
+            remaining.pop()
+            continue
+        remaining[-1] -= 1
+        if pos >= size:
+            raise DecodeError("truncated message")
+        byte = data[pos]
+        pos += 1
+        count = -1  # elements of a container; -1 for a scalar
+        if byte <= 0x7F or byte >= 0xE0:  # fixint
+            continue
+        if 0xA0 <= byte <= 0xBF:  # fixstr
+            pos += byte & 0x1F
+        elif 0x80 <= byte <= 0x8F:  # fixmap
+            count = 2 * (byte & 0x0F)
+        elif 0x90 <= byte <= 0x9F:  # fixarray
+            count = byte & 0x0F
+        elif byte in _SCALAR_SIZES:
+            prefix, fixed = _SCALAR_SIZES[byte]
+            pos += prefix + fixed + (int.from_bytes(data[pos : pos + prefix], "big") if prefix else 0)
+        elif byte in _CONTAINERS:
+            prefix, per_element = _CONTAINERS[byte]
+            count = per_element * int.from_bytes(data[pos : pos + prefix], "big")
+            pos += prefix
+        else:  # 0xC1 (never used) and every ext type
+            raise DecodeError(f"msgpack type 0x{byte:02x} is not accepted")
+        if pos > size:
+            raise DecodeError("truncated message")
+        if count >= 0:
+            if len(remaining) > max_depth:
+                raise DecodeError(f"message nested deeper than {max_depth} levels")
+            if count > size - pos:
+                raise DecodeError(f"a container claims {count} elements with {size - pos} bytes left")
+            remaining.append(count)
+    if pos != size:
+        raise DecodeError(f"{size - pos} bytes of trailing data after the message")
 
 
 def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
@@ -138,8 +197,9 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
     if len(data) > limits.max_bytes:
         raise MessageTooLarge(f"message of {len(data)} bytes exceeds the limit of {limits.max_bytes}")
+    _prescan(bytes(data), limits.max_depth)
     try:
-        message = msgpack.unpackb(
+        message = _msgpack.unpackb(
             data,
             raw=False,
             strict_map_key=False,
@@ -155,5 +215,4 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
         raise
     except Exception as exc:  # msgpack raises a zoo of types: ValueError, TypeError, StackError, ...
         raise DecodeError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
-    _check_depth(message, limits.max_depth)
     return message

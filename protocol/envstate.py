@@ -72,18 +72,26 @@ def _attributes(obj: Any) -> Any:
 
 
 class Rebuilder:
-    """Decodes ``to_plain`` output, importing classes only from ``allowed_prefixes``."""
+    """Decodes ``to_plain`` output, rebuilding only classes defined in ``allowed_packages``.
 
-    def __init__(self, allowed_prefixes: Iterable[str]):
-        self.allowed_prefixes = tuple(allowed_prefixes)
+    A package name allows that module and everything below it (``"flatland"`` allows
+    ``flatland.envs.agent_utils`` but not ``flatlandish``). The check is made on the class found,
+    not only on the path given, so ``allowed.module:os.system``-style paths are refused.
+    """
+
+    def __init__(self, allowed_packages: Iterable[str]):
+        self.allowed_packages = tuple(allowed_packages)
         self._classes: dict[str, type] = {}
+
+    def _allowed(self, module: str) -> bool:
+        return any(module == p or module.startswith(p + ".") for p in self.allowed_packages)
 
     def _cls(self, path: object) -> type:
         if not isinstance(path, str) or path not in self._classes:
             if not isinstance(path, str) or ":" not in path:
                 raise DecodeError(f"bad class reference {path!r} in env state")
             module, _, qualname = path.partition(":")
-            if not module.startswith(self.allowed_prefixes):
+            if not self._allowed(module):
                 raise DecodeError(f"class {path} is not allowed in env state")
             try:
                 found: Any = importlib.import_module(module)
@@ -91,44 +99,73 @@ class Rebuilder:
                     found = getattr(found, part)
             except (ImportError, AttributeError) as exc:
                 raise DecodeError(f"unknown class {path} in env state") from exc
-            if not isinstance(found, type):
-                raise DecodeError(f"{path} is not a class")
+            if not isinstance(found, type) or not self._allowed(getattr(found, "__module__", "") or ""):
+                raise DecodeError(f"{path} is not a class of an allowed package")
             self._classes[path] = found
         return self._classes[path]
 
     def rebuild(self, data: Any) -> Any:
+        """Any malformed input is a ``DecodeError``, whatever the step that trips over it."""
+        try:
+            return self._rebuild(data)
+        except DecodeError:
+            raise
+        except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as exc:
+            raise DecodeError(f"malformed env state: {type(exc).__name__}: {exc}") from exc
+
+    def _rebuild(self, data: Any) -> Any:
         if isinstance(data, list):
-            return [self.rebuild(v) for v in data]
+            return [self._rebuild(v) for v in data]
         if not isinstance(data, dict):
             return data
         tag = data.get(TAG)
         values = data.get("v")
         if tag == "dict":
-            return {self._hashable(self.rebuild(k)): self.rebuild(v) for k, v in values}
+            return {self._hashable(self._rebuild(k)): self._rebuild(v) for k, v in self._pairs(values)}
         if tag == "tuple":
-            return tuple(self.rebuild(v) for v in values)
+            return tuple(self._rebuild(v) for v in self._items(values))
         if tag in ("set", "frozenset"):
-            items = (self._hashable(self.rebuild(v)) for v in values)
+            items = (self._hashable(self._rebuild(v)) for v in self._items(values))
             return set(items) if tag == "set" else frozenset(items)
         if tag == "enum":
-            return self._cls(data.get("cls"))(self.rebuild(values))
+            cls = self._cls(data.get("cls"))
+            if not issubclass(cls, enum.Enum):
+                raise DecodeError(f"{data.get('cls')} is not an enum")
+            return cls(self._rebuild(values))  # an enum lookup by value, not a constructor call
         if tag == "nt":
-            return self._cls(data.get("cls"))(*(self.rebuild(v) for v in values))
+            cls = self._cls(data.get("cls"))
+            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+                raise DecodeError(f"{data.get('cls')} is not a namedtuple")
+            return cls._make(self._rebuild(v) for v in self._items(values))
         if tag == "obj":
             cls = self._cls(data.get("cls"))
+            if issubclass(cls, (enum.Enum, tuple, type)):
+                raise DecodeError(f"{data.get('cls')} cannot be rebuilt from attributes")
             instance = cls.__new__(cls)
-            state = self.rebuild(values)
+            state = self._rebuild(values)
             if _own_method(cls, "__setstate__"):
                 instance.__setstate__(state)
                 return instance
             if not isinstance(state, dict):
                 raise DecodeError(f"bad state for {data.get('cls')}")
             for name, value in state.items():
-                if not isinstance(name, str):
-                    raise DecodeError(f"bad attribute name in state of {data.get('cls')}")
+                if not isinstance(name, str) or name.startswith("__"):
+                    raise DecodeError(f"bad attribute name {name!r} in state of {data.get('cls')}")
                 object.__setattr__(instance, name, value)
             return instance
         raise DecodeError(f"unknown env state tag {tag!r}")
+
+    @staticmethod
+    def _items(values: Any) -> list:
+        if not isinstance(values, list):
+            raise DecodeError("malformed env state: a tagged container without a list of values")
+        return values
+
+    def _pairs(self, values: Any) -> list:
+        pairs = self._items(values)
+        if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
+            raise DecodeError("malformed env state: a dict entry that is not a [key, value] pair")
+        return pairs
 
     @staticmethod
     def _hashable(value: Any) -> Any:

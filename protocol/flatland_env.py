@@ -13,7 +13,7 @@ from typing import Any
 from .envstate import Rebuilder, to_plain
 
 # Flatland's env dicts only hold flatland classes and a few standard ones.
-_ENV_STATE_PREFIXES = ("flatland.", "fractions")
+_ENV_STATE_PACKAGES = ("flatland", "fractions")
 
 
 class Rewards2020:
@@ -57,7 +57,7 @@ def env_state_to_wire(env_dict: dict) -> Any:
 
 
 def env_state_from_wire(data: Any) -> dict:
-    env_dict = Rebuilder(_ENV_STATE_PREFIXES).rebuild(data)
+    env_dict = Rebuilder(_ENV_STATE_PACKAGES).rebuild(data)
     if not isinstance(env_dict, dict) or "grid" not in env_dict:
         from .errors import DecodeError
 

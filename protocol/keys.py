@@ -12,13 +12,13 @@ NAMESPACE = "flatland-rl"
 
 # A service id becomes part of every key; keep it to characters that cannot smuggle a key
 # separator or a glob pattern into a key name or an ACL rule.
-SERVICE_ID_RE = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
+SERVICE_ID_RE = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 # Flatland's clients name reply lists with 32 hex characters (an md5 digest); arbiter's too.
-RESPONSE_TOKEN_RE = re.compile(r"^[0-9a-f]{32}$")
+RESPONSE_TOKEN_RE = re.compile(r"[0-9a-f]{32}")
 
 
 def validate_service_id(service_id: str) -> str:
-    if not isinstance(service_id, str) or not SERVICE_ID_RE.match(service_id):
+    if not isinstance(service_id, str) or not SERVICE_ID_RE.fullmatch(service_id):
         raise ValueError(f"invalid service id {service_id!r}: use 1-64 characters from A-Z a-z 0-9 _ . -")
     return service_id
 
@@ -47,7 +47,7 @@ def is_valid_response_channel(channel: object, service_id: str) -> bool:
     if not isinstance(channel, str):
         return False
     prefix = response_prefix(service_id)
-    return channel.startswith(prefix) and bool(RESPONSE_TOKEN_RE.match(channel[len(prefix) :]))
+    return channel.startswith(prefix) and bool(RESPONSE_TOKEN_RE.fullmatch(channel[len(prefix) :]))
 
 
 def evaluation_keys(service_id: str) -> list[str]:

@@ -1,24 +1,76 @@
-"""Tests for arbiter.protocol.codec: round trips, legacy (msgpack_numpy) interop, and hostile input."""
+"""Tests for arbiter.protocol.codec: round trips, legacy (msgpack_numpy) interop, and hostile input.
+
+flatland-rl monkey-patches the msgpack module when ``flatland.envs.persistence`` (or its evaluator
+client/service) is imported: ``msgpack_numpy.patch()`` swaps ``msgpack.packb/unpackb/Packer/Unpacker``
+for msgpack_numpy's, whose decoder runs before any ``object_hook`` and unpickles object arrays.
+Most tests here pin the codec's own behaviour on msgpack as shipped (the ``_unpatched_msgpack``
+fixture restores it for this module); the tests under "msgpack as flatland leaves it" show what
+happens in a process that has imported flatland, such as arbiter's evaluator.
+"""
 
 from __future__ import annotations
 
 import math
 import pickle
 import struct
+import subprocess
+import sys
 import time
 import tracemalloc
+from collections.abc import Iterator
 from fractions import Fraction
 from pathlib import Path
 
+import flatland.envs.persistence  # noqa: F401  (patches msgpack: imported at collection, not midway)
 import msgpack
 import msgpack_numpy
 import numpy as np
 import pytest
+from flatland.evaluators.service import msgpack_custom_decode, msgpack_custom_encode  # patches msgpack too
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from arbiter.protocol import codec
 from arbiter.protocol.errors import DecodeError, MessageTooLarge
+
+try:
+    from msgpack import _cmsgpack as _msgpack_impl
+except ImportError:  # pure-Python msgpack
+    from msgpack import fallback as _msgpack_impl  # type: ignore[no-redef]
+
+
+def _pristine_packb(o, **kwargs):
+    return _msgpack_impl.Packer(**kwargs).pack(o)
+
+
+# What msgpack_numpy.patch() replaces, as msgpack ships it and as flatland leaves it.
+_PATCHED_NAMES = ("Packer", "Unpacker", "packb", "unpackb", "dumps", "loads")
+_PRISTINE = {
+    "Packer": _msgpack_impl.Packer,
+    "Unpacker": _msgpack_impl.Unpacker,
+    "packb": _pristine_packb,
+    "unpackb": _msgpack_impl.unpackb,
+    "dumps": _pristine_packb,
+    "loads": _msgpack_impl.unpackb,
+}
+_AS_FLATLAND_LEAVES_IT = {name: getattr(msgpack, name) for name in _PATCHED_NAMES}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _unpatched_msgpack() -> Iterator[None]:
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in _PRISTINE.items():
+            mp.setattr(msgpack, name, value)
+        yield
+
+
+@pytest.fixture
+def flatland_patched_msgpack(monkeypatch: pytest.MonkeyPatch) -> None:
+    """msgpack as it is in any process that imported flatland.envs.persistence."""
+    for name, value in _AS_FLATLAND_LEAVES_IT.items():
+        monkeypatch.setattr(msgpack, name, value)
+    assert msgpack.unpackb is msgpack_numpy.unpackb and msgpack.Packer is msgpack_numpy.Packer
+
 
 CMD = codec.COMMAND_LIMITS
 REPLY = codec.REPLY_LIMITS
@@ -78,9 +130,22 @@ def test_nan_roundtrips_as_nan():
 
 
 DTYPES = [
-    np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64,
-    np.float16, np.float32, np.float64, np.bool_, np.complex64, np.complex128,
-    np.dtype(">i4"), np.dtype(">f8"),
+    np.int8,
+    np.int16,
+    np.int32,
+    np.int64,
+    np.uint8,
+    np.uint16,
+    np.uint32,
+    np.uint64,
+    np.float16,
+    np.float32,
+    np.float64,
+    np.bool_,
+    np.complex64,
+    np.complex128,
+    np.dtype(">i4"),
+    np.dtype(">f8"),
 ]
 SHAPES = [(), (1,), (7,), (2, 3, 4), (0,), (3, 0, 2)]
 
@@ -113,8 +178,20 @@ def test_numpy_non_contiguous_arrays_roundtrip():
 
 @pytest.mark.parametrize(
     "scalar",
-    [np.int8(-5), np.int16(300), np.int32(-70000), np.int64(-(2**62)), np.uint8(255), np.uint64(2**64 - 1),
-     np.float16(0.5), np.float32(1.25), np.bool_(True), np.bool_(False), np.complex64(1 - 2j), np.complex128(3 + 4j)],
+    [
+        np.int8(-5),
+        np.int16(300),
+        np.int32(-70000),
+        np.int64(-(2**62)),
+        np.uint8(255),
+        np.uint64(2**64 - 1),
+        np.float16(0.5),
+        np.float32(1.25),
+        np.bool_(True),
+        np.bool_(False),
+        np.complex64(1 - 2j),
+        np.complex128(3 + 4j),
+    ],
     ids=repr,
 )
 def test_numpy_scalar_roundtrip(scalar):
@@ -182,8 +259,6 @@ def test_msgpack_numpy_decodes_our_messages():
 
 def test_interop_with_flatland_service_hooks():
     """flatland-rl's own service hooks (msgpack_numpy + fractions), both directions."""
-    from flatland.evaluators.service import msgpack_custom_decode, msgpack_custom_encode
-
     value = {"info": {"speed": {0: Fraction(1, 4), 1: Fraction(1, 3)}}, "obs": np.eye(3, dtype=np.int8)}
     legacy = msgpack.packb(value, default=msgpack_custom_encode, use_bin_type=True)
     _assert_same(value, codec.decode(legacy, REPLY))
@@ -258,9 +333,20 @@ def test_structured_dtype_rejected():
 
 @pytest.mark.parametrize(
     "dtype_str,data",
-    [("O", b"\x00" * 8), ("|O", b"\x00" * 8), ("<U3", b"\x00" * 12), ("S5", b"\x00" * 5), ("M8[s]", b"\x00" * 8),
-     ("<m8[s]", b"\x00" * 8), ("|V8", b"\x00" * 8), ("<i3", b"\x00" * 3), ("<i0", b""),
-     ("<i8 ", b"\x00" * 8), ("", b""), (b"\xff\xfe", b"\x00")],
+    [
+        ("O", b"\x00" * 8),
+        ("|O", b"\x00" * 8),
+        ("<U3", b"\x00" * 12),
+        ("S5", b"\x00" * 5),
+        ("M8[s]", b"\x00" * 8),
+        ("<m8[s]", b"\x00" * 8),
+        ("|V8", b"\x00" * 8),
+        ("<i3", b"\x00" * 3),
+        ("<i0", b""),
+        ("<i8 ", b"\x00" * 8),
+        ("", b""),
+        (b"\xff\xfe", b"\x00"),
+    ],
 )
 def test_non_plain_dtype_strings_rejected(dtype_str, data):
     _rejects(_raw(_nd_map(dtype_str, [1], data)))
@@ -327,8 +413,13 @@ def test_16_mib_adversarial_message_rejected_fast():
 @pytest.mark.parametrize("limits", [CMD, REPLY], ids=["command", "reply"])
 @pytest.mark.parametrize(
     "data",
-    [b"\xdd\xff\xff\xff\xff", b"\xdf\xff\xff\xff\xff", b"\x91\xdd\xff\xff\xff\xff", b"\x81\x00\xdf\xff\xff\xff\xff",
-     b"\xdd\xff\xff\xff\xff" + b"\x00" * 64],
+    [
+        b"\xdd\xff\xff\xff\xff",
+        b"\xdf\xff\xff\xff\xff",
+        b"\x91\xdd\xff\xff\xff\xff",
+        b"\x81\x00\xdf\xff\xff\xff\xff",
+        b"\xdd\xff\xff\xff\xff" + b"\x00" * 64,
+    ],
     ids=["array32", "map32", "nested-array32", "nested-map32", "array32-with-some-data"],
 )
 def test_huge_container_headers_rejected(data, limits):
@@ -365,8 +456,13 @@ def test_nesting_beyond_msgpack_stack_rejected(levels):
 
 @pytest.mark.parametrize(
     "data",
-    [_raw(msgpack.ExtType(5, b"abc")), _raw(msgpack.ExtType(1, b"")), b"\xd6\xff\x00\x00\x00\x01",
-     _raw(msgpack.Timestamp(1, 0)), _raw({"payload": [msgpack.ExtType(42, b"x" * 100)]})],
+    [
+        _raw(msgpack.ExtType(5, b"abc")),
+        _raw(msgpack.ExtType(1, b"")),
+        b"\xd6\xff\x00\x00\x00\x01",
+        _raw(msgpack.Timestamp(1, 0)),
+        _raw({"payload": [msgpack.ExtType(42, b"x" * 100)]}),
+    ],
     ids=["ext5", "empty-ext", "raw-timestamp", "timestamp", "nested-ext"],
 )
 def test_ext_types_rejected(data):
@@ -414,8 +510,22 @@ def test_bytes_like_inputs_accepted():
 
 @pytest.mark.parametrize(
     "as_str",
-    ["(1, 0)", "(0, 0)", "import os", "(1,2,3)", "(1, 4", "1/4", "", "(1.5, 2)", "(__import__('os'), 1)",
-     "(" + "9" * 5000 + ", 1)", "(1, 4)x", 14, None, ["1", "4"]],
+    [
+        "(1, 0)",
+        "(0, 0)",
+        "import os",
+        "(1,2,3)",
+        "(1, 4",
+        "1/4",
+        "",
+        "(1.5, 2)",
+        "(__import__('os'), 1)",
+        "(" + "9" * 5000 + ", 1)",
+        "(1, 4)x",
+        14,
+        None,
+        ["1", "4"],
+    ],
     ids=lambda v: repr(v)[:20],
 )
 def test_bad_fraction_strings_rejected(as_str):
@@ -429,9 +539,19 @@ def test_fraction_without_as_str_rejected():
 
 @pytest.mark.parametrize(
     "value",
-    [object(), np.array([object()], dtype=object), np.array(["a"]), np.array([b"ab"]),
-     np.array([1], dtype="M8[s]"), np.datetime64("2020-01-01"), np.zeros(1, dtype=[("x", "<i4")]),
-     2**64, -(2**63) - 1, 1 + 2j, {"k": [object()]}],
+    [
+        object(),
+        np.array([object()], dtype=object),
+        np.array(["a"]),
+        np.array([b"ab"]),
+        np.array([1], dtype="M8[s]"),
+        np.datetime64("2020-01-01"),
+        np.zeros(1, dtype=[("x", "<i4")]),
+        2**64,
+        -(2**63) - 1,
+        1 + 2j,
+        {"k": [object()]},
+    ],
     ids=lambda v: type(v).__name__ + (f"[{v.dtype}]" if isinstance(v, np.ndarray) else ""),
 )
 def test_encode_unsupported_raises_decode_error(value):
@@ -439,15 +559,70 @@ def test_encode_unsupported_raises_decode_error(value):
         codec.encode(value)
 
 
+# --- msgpack as flatland leaves it (any process that imported flatland.envs.persistence) ---------
+
+# Regression: flatland.envs.persistence runs msgpack_numpy.patch() on import, which swaps
+# msgpack.unpackb/packb for pickle-capable versions; the codec must not go through them.
+
+
+def test_evaluator_process_rejects_object_array_payload_without_running_code(tmp_path):
+    """The evaluator's own import graph, in a fresh interpreter: the 131-byte RCE of WIRE.md."""
+    marker = tmp_path / "code-ran"
+    message = tmp_path / "message.bin"
+    message.write_bytes(_object_array_payload(marker))
+    script = (
+        "import sys\n"
+        "import arbiter.server.service\n"
+        "from arbiter.protocol import codec\n"
+        "from arbiter.protocol.errors import DecodeError\n"
+        "try:\n"
+        "    codec.decode(open(sys.argv[1], 'rb').read())\n"
+        "except DecodeError:\n"
+        "    sys.exit(0)\n"
+        "sys.exit(3)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(message)], capture_output=True, timeout=60)
+    assert proc.returncode in (0, 3), proc.stderr.decode(errors="replace")
+    assert not marker.exists(), "the pickle inside the message ran in the evaluator process"
+    assert proc.returncode == 0, "the message was accepted"
+
+
+def _outcome(data: bytes) -> object:
+    try:
+        return codec.decode(data)
+    except DecodeError:
+        return "rejected"
+
+
+def test_object_array_payload_rejected_with_flatland_patched_msgpack(tmp_path, flatland_patched_msgpack):
+    marker = tmp_path / "code-ran"
+    outcome = _outcome(_object_array_payload(marker))
+    assert not marker.exists(), "the pickle inside the message ran"
+    assert outcome == "rejected"
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        _nd_map([["x", "<i4"], ["y", "<f8"]], [2], b"\x00" * 24, kind=b"V"),
+        _nd_map("<M8[s]", [1], b"\x00" * 8),
+        _nd_map("<U3", [1], b"\x00" * 12),
+        _nd_map("<i4", [1], b"\x00" * 8),
+    ],
+    ids=["structured", "datetime", "unicode", "data-longer-than-shape"],
+)
+def test_non_plain_arrays_rejected_with_flatland_patched_msgpack(payload, flatland_patched_msgpack):
+    assert _outcome(_raw({"a": payload})) == "rejected"
+
+
+def test_encode_refuses_object_arrays_with_flatland_patched_msgpack(flatland_patched_msgpack):
+    with pytest.raises(DecodeError):
+        codec.encode({"a": np.array([object()], dtype=object)})
+
+
 # --- known weakness: nesting is checked only after the whole message is built ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG codec.decode: depth is checked after msgpack has built the message, and max_array_len is not "
-    "capped by the message size; a 3 KB command of 1000 nested array16 headers claiming 10,000 elements each "
-    "makes msgpack preallocate ~80 MB (and ~70 ms) before it is rejected",
-)
 def test_nested_container_claims_rejected_with_bounded_memory():
     data = b"\xdc\x27\x10" * 1000  # array16 of 10,000 elements, nested 1000 deep, no elements given
     assert len(data) == 3000
@@ -477,9 +652,28 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(data):
 @given(
     st.lists(
         st.sampled_from(
-            [b"\x91", b"\x81", b"\xdd\xff\xff\xff\xff", b"\xdc\x27\x10", b"\xc4\x03", b"\xa3", b"\xc1", b"\xd4\x01",
-             b"\x00", b"\xc3", b"\xcb", struct.pack(">d", 1.0), b"\xc4\x02nd", b"\xa4type", b"\xa3|O",
-             b"\x82\xac__fraction__\xc3\xa6as_str", b"\x85", b"\xc4\x05shape", b"\xc4\x04data", b"\xc4\x04kind"]
+            [
+                b"\x91",
+                b"\x81",
+                b"\xdd\xff\xff\xff\xff",
+                b"\xdc\x27\x10",
+                b"\xc4\x03",
+                b"\xa3",
+                b"\xc1",
+                b"\xd4\x01",
+                b"\x00",
+                b"\xc3",
+                b"\xcb",
+                struct.pack(">d", 1.0),
+                b"\xc4\x02nd",
+                b"\xa4type",
+                b"\xa3|O",
+                b"\x82\xac__fraction__\xc3\xa6as_str",
+                b"\x85",
+                b"\xc4\x05shape",
+                b"\xc4\x04data",
+                b"\xc4\x04kind",
+            ]
         ),
         max_size=40,
     )

@@ -1,0 +1,233 @@
+"""Tests for arbiter.protocol.keys (Redis key names) and arbiter.protocol.errors (the error hierarchy)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+from flatland.evaluators.client import FlatlandRemoteClient
+from flatland.evaluators.client import TimeoutException as FlatlandTimeoutException
+
+from arbiter.protocol import errors, keys
+from arbiter.protocol.errors import (
+    ERRORS_BY_CODE,
+    ArbiterError,
+    DecodeError,
+    MessageTooLarge,
+    ProtocolError,
+    TimeoutException,
+    error_from_payload,
+)
+
+SID = "T12345"
+TOKEN = "0123456789abcdef0123456789abcdef"
+
+# --- key names ---------------------------------------------------------------------------------
+
+
+def test_key_names_are_flatland_rl_s():
+    assert keys.commands_key(SID) == "flatland-rl::T12345::commands"
+    assert keys.errors_key(SID) == "flatland-rl::T12345::errors"
+    assert keys.response_prefix(SID) == "flatland-rl::T12345::response::"
+    assert keys.response_key(SID, TOKEN) == f"flatland-rl::T12345::response::{TOKEN}"
+    assert keys.evaluation_keys(SID) == ["flatland-rl::T12345::commands", "flatland-rl::T12345::errors"]
+
+
+@pytest.mark.parametrize("service_id", [SID, "abc-1.2_x"])
+def test_key_names_match_flatland_rl_client(monkeypatch, service_id):
+    """flatland-rl 4.3.0's own client names the same keys (its constructor, minus the Redis PING)."""
+    monkeypatch.setattr(FlatlandRemoteClient, "ping_pong", lambda self: True)
+    client = FlatlandRemoteClient(flatland_rl_service_id=service_id, remote_host="127.0.0.1", remote_port=1)
+    assert client.command_channel == keys.commands_key(service_id)
+    assert client.error_channel == keys.errors_key(service_id)
+    for _ in range(20):
+        channel = client._generate_response_channel()
+        assert keys.is_valid_response_channel(channel, service_id), channel
+        assert not keys.is_valid_response_channel(channel, service_id + "x")
+
+
+def test_valid_response_channels_accepted():
+    assert keys.is_valid_response_channel(keys.response_key(SID, TOKEN), SID)
+    assert keys.is_valid_response_channel(keys.response_key(SID, uuid.uuid4().hex), SID)
+    assert keys.is_valid_response_channel(keys.response_key("abc-1.2_x", "f" * 32), "abc-1.2_x")
+
+
+@pytest.mark.parametrize(
+    "channel",
+    [
+        keys.response_key("T12346", TOKEN),  # another service id
+        keys.response_key("T1234", TOKEN),
+        keys.response_key("T123456", TOKEN),
+        keys.response_key(SID, TOKEN[:-1]),  # 31 hex
+        keys.response_key(SID, TOKEN + "0"),  # 33 hex
+        keys.response_key(SID, ""),
+        keys.response_key(SID, TOKEN.upper()),
+        keys.response_key(SID, "g" * 32),
+        keys.response_key(SID, TOKEN[:-1] + " "),
+        keys.response_key(SID, TOKEN) + "::x",  # extra suffix
+        keys.response_key(SID, TOKEN) + "x",
+        keys.response_key(SID, TOKEN) + "*",
+        keys.response_key(SID, TOKEN + "::" + TOKEN),
+        keys.commands_key(SID),
+        keys.errors_key(SID),
+        keys.response_prefix(SID),
+        "*",
+        "flatland-rl::*",
+        keys.response_key(SID, "*"),
+        keys.response_key("*", TOKEN),
+        f"flatland-rl::{SID}::responses::{TOKEN}",
+        f"flatland-rl::{SID}:response::{TOKEN}",
+        f"FLATLAND-RL::{SID}::response::{TOKEN}",
+        " " + keys.response_key(SID, TOKEN),
+        "",
+    ],
+    ids=repr,
+)
+def test_invalid_response_channels_rejected(channel):
+    assert keys.is_valid_response_channel(channel, SID) is False
+
+
+@pytest.mark.parametrize(
+    "channel",
+    [
+        None,
+        5,
+        b"flatland-rl::T12345::response::" + TOKEN.encode(),
+        [keys.response_key(SID, TOKEN)],
+        {"channel": keys.response_key(SID, TOKEN)},
+    ],
+    ids=repr,
+)
+def test_non_str_response_channels_rejected(channel):
+    assert keys.is_valid_response_channel(channel, SID) is False
+
+
+@pytest.mark.parametrize("service_id", ["T12345", "abc-1.2_x", "a", "A" * 64, "0", "t-" + "f" * 12, "..", "-"])
+def test_valid_service_ids(service_id):
+    assert keys.validate_service_id(service_id) == service_id
+
+
+@pytest.mark.parametrize(
+    "service_id",
+    ["", "a b", "a::b", "a:b", "*", "a*", "T?", "[ab]", "a" * 65, "a/b", "ü", "a\tb", " T12345", "T12345 "],
+    ids=repr,
+)
+def test_invalid_service_ids(service_id):
+    with pytest.raises(ValueError):
+        keys.validate_service_id(service_id)
+
+
+@pytest.mark.parametrize("service_id", [None, 12345, b"T12345", ["T12345"]], ids=repr)
+def test_non_str_service_ids(service_id):
+    with pytest.raises(ValueError):
+        keys.validate_service_id(service_id)
+
+
+# Regression: a pattern ending in "$" used with .match() also accepts a trailing newline.
+
+
+def test_response_channel_with_trailing_newline_rejected():
+    assert keys.is_valid_response_channel(keys.response_key(SID, TOKEN) + "\n", SID) is False
+
+
+@pytest.mark.parametrize("service_id", ["T12345\n", "a" * 64 + "\n"], ids=repr)
+def test_service_id_with_trailing_newline_rejected(service_id):
+    with pytest.raises(ValueError):
+        keys.validate_service_id(service_id)
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def test_timeout_exception_is_a_stop_async_iteration():
+    assert issubclass(TimeoutException, StopAsyncIteration)
+    assert issubclass(TimeoutException, ArbiterError)
+    with pytest.raises(StopAsyncIteration):
+        raise TimeoutException("planning budget exceeded")
+
+
+def test_timeout_exception_caught_like_flatland_s():
+    assert issubclass(FlatlandTimeoutException, StopAsyncIteration)
+    caught = []
+    try:
+        raise TimeoutException("step")
+    except StopAsyncIteration as exc:  # what agent code written for FlatlandRemoteClient catches
+        caught.append(exc)
+    assert isinstance(caught[0], TimeoutException) and str(caught[0]) == "step"
+
+
+def test_timeout_exception_usable_in_async_code():
+    async def agent() -> str:
+        try:
+            raise TimeoutException("late")
+        except StopAsyncIteration as exc:
+            return str(exc)
+
+    assert asyncio.run(agent()) == "late"
+
+
+def test_hierarchy():
+    for cls in ERRORS_BY_CODE.values():
+        assert issubclass(cls, ArbiterError)
+    assert issubclass(MessageTooLarge, DecodeError)
+    assert issubclass(DecodeError, ProtocolError)
+
+
+def test_every_error_class_has_a_distinct_code():
+    classes = [obj for obj in vars(errors).values() if isinstance(obj, type) and issubclass(obj, ArbiterError)]
+    assert len(classes) >= 12
+    assert sorted(ERRORS_BY_CODE.values(), key=lambda c: c.__name__) == sorted(classes, key=lambda c: c.__name__)
+    assert len({cls.code for cls in classes}) == len(classes)
+    for code, cls in ERRORS_BY_CODE.items():
+        assert cls.code == code
+
+
+@pytest.mark.parametrize("code,cls", sorted(ERRORS_BY_CODE.items()), ids=lambda v: v if isinstance(v, str) else "")
+@pytest.mark.parametrize("message", ["boom", "", "multi\nline ü ∑ {'code': 'X'}"], ids=repr)
+def test_error_payload_roundtrip(code, cls, message):
+    payload = cls(message).to_payload()
+    assert payload == {"code": code, "message": message}
+    rebuilt = error_from_payload(payload)
+    assert type(rebuilt) is cls
+    assert str(rebuilt) == message
+    assert error_from_payload(rebuilt.to_payload()).to_payload() == payload
+
+
+def test_error_payload_survives_the_codec():
+    from arbiter.protocol import codec
+
+    for cls in ERRORS_BY_CODE.values():
+        wire = codec.decode(codec.encode(cls("over budget").to_payload()))
+        rebuilt = error_from_payload(wire)
+        assert type(rebuilt) is cls and str(rebuilt) == "over budget"
+
+
+@pytest.mark.parametrize(
+    "payload,kept",
+    [
+        ("Exception: something broke", "Exception: something broke"),
+        ("", ""),
+        ({"message": "no code here"}, "no code here"),
+        ({"error": "free form", "detail": 3}, "free form"),
+        ({"code": "NO_SUCH_CODE", "message": "unknown code"}, "unknown code"),
+        ({"code": 42, "message": "int code"}, "int code"),
+        ({"code": None, "message": "none code"}, "none code"),
+        ({"code": ["TIMEOUT"], "message": "list code"}, "list code"),
+        (None, "None"),
+        (12, "12"),
+        (["a", "list"], "list"),
+        (b"bytes payload", "bytes payload"),
+    ],
+    ids=repr,
+)
+def test_legacy_payloads_become_arbiter_error(payload, kept):
+    err = error_from_payload(payload)
+    assert type(err) is ArbiterError
+    assert kept in str(err)
+
+
+def test_unknown_code_does_not_pick_a_subclass_by_accident():
+    for code in ("timeout", "Timeout", " TIMEOUT", "TIMEOUT ", "ERROR2"):
+        assert type(error_from_payload({"code": code, "message": "m"})) is ArbiterError
+    assert type(error_from_payload({"code": "TIMEOUT", "message": "m"})) is TimeoutException
