@@ -42,10 +42,10 @@ def main() -> int:
             if record["num_agents"]
             else 0.0
         )
-    recomputed = rule.aggregate(episodes) if episodes and summary["state"] != "FAILED" else None
+    recomputed = rule.aggregate(episodes) if episodes and summary["state"] == "SUCCESS" else None
     print(f"{len(episodes)} episodes, rule {rule.name}, state {summary['state']}")
     if recomputed is None:
-        print("no score (the evaluation failed or played no episode)")
+        print("no score (the evaluation did not complete, or played no episode)")
         return 0 if summary["score"]["primary"] is None else 1
     print(f"primary   {recomputed['primary']:.12f}  (summary.json: {summary['score']['primary']})")
     print(f"secondary {recomputed['secondary']:.12f}  (summary.json: {summary['score']['secondary']})")

@@ -417,7 +417,8 @@ class Evaluation:
     # -- reports ----------------------------------------------------------------------------
 
     def scores(self) -> dict[str, Any] | None:
-        if self.state is State.FAILED or not self.records:
+        """Only a completed evaluation has a score; a failed or interrupted one has none."""
+        if self.state is not State.SUCCESS or not self.records:
             return None
         return self.rule.aggregate(self.records)
 

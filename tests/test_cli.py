@@ -190,3 +190,40 @@ def test_bad_settings_are_clear_errors(tiny_tests, tmp_path):
     assert unknown.returncode == 2 and "unknown competition" in unknown.stderr
     bad_id = arbiter("serve", "--tests", tiny_tests, "--service-id", "a::b")
     assert bad_id.returncode == 2 and "invalid service id" in bad_id.stderr
+
+
+def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, service_id, tiny_tests, tmp_path):
+    import signal
+    import time
+
+    results = tmp_path / "results"
+    serve = subprocess.Popen(
+        [
+            *ARBITER,
+            "serve",
+            "--tests",
+            tiny_tests,
+            "--redis-url",
+            redis_url,
+            "--service-id",
+            service_id,
+            "--results",
+            str(results),
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "waiting for the agent" in serve.stderr.readline() + serve.stderr.readline()
+        sent = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=10) == 130
+        assert time.monotonic() - sent < 10
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    summary = summary_of(results)
+    assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
+    assert summary["score"]["primary"] is None
