@@ -64,6 +64,10 @@ def test_run_with_the_example_agent(redis_url, service_id, tiny_tests, tmp_path)
     assert "time left" in done.stderr and "score so far" in done.stderr
     assert f"primary   (mean normalized return): {summary['score']['primary']:.6f}" in done.stderr
     assert "scores:" in done.stdout  # the agent's own output is passed through
+    rescored = subprocess.run(
+        [sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout
 
 
 def test_run_with_the_legacy_starter_kit_agent_on_the_embedded_redis(tmp_path, tiny_tests):
