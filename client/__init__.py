@@ -3,8 +3,8 @@
 from arbiter.client import RemoteClient, TimeoutException
 """
 
-from arbiter.protocol.errors import ArbiterError, ServerUnavailable, TimeoutException
+from arbiter.protocol.errors import ArbiterError, EpisodeLost, ServerUnavailable, TimeoutException
 
 from .remote_client import RemoteClient
 
-__all__ = ["ArbiterError", "RemoteClient", "ServerUnavailable", "TimeoutException"]
+__all__ = ["ArbiterError", "EpisodeLost", "RemoteClient", "ServerUnavailable", "TimeoutException"]

@@ -8,6 +8,7 @@ and a step costs one Redis round trip.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -17,20 +18,21 @@ from typing import Any
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
+    EpisodeLost,
     OutOfOrder,
     ServerUnavailable,
     TimeoutException,
     error_from_payload,
 )
 from arbiter.protocol.flatland_env import build_rail_env, env_state_from_wire, rewards_for
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
+from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import connect
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
 DEFAULT_REPLY_TIMEOUT_S = 60.0
-HANDSHAKE_RETRY_S = 2.0  # re-send PING this often: the evaluator may start after the agent
+RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator may restart)
 
 
 def _flatland_version() -> str:
@@ -58,6 +60,7 @@ class RemoteClient:
         reply_timeout_s: float | None = None,
         test_env_folder: str | None = None,
         step_replies: bool = False,
+        resend_after_s: float = RESEND_AFTER_S,
     ):
         self.redis_url = (
             redis_url
@@ -75,6 +78,10 @@ class RemoteClient:
         # Only used against flatland's own service, which sends no env state.
         self.test_env_folder = test_env_folder or os.environ.get("AICROWD_TESTS_FOLDER")
         self.step_replies = step_replies
+        self.resend_after_s = resend_after_s
+        self.session = uuid.uuid4().hex  # binds the evaluation to this client
+        self._seq = 0
+        self.episode_index: int | None = None  # the evaluator's index of the running episode
         self.redis = connect(self.redis_url, socket_timeout_s=reply_timeout_s + 10.0)
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
@@ -87,16 +94,8 @@ class RemoteClient:
     # -- the SDK --------------------------------------------------------------------------
 
     def ping_pong(self) -> bool:
-        """Handshake; retried while the evaluator is not up yet, until ``reply_timeout_s``."""
-        give_up = time.monotonic() + self.reply_timeout_s
-        while True:
-            wait_s = min(HANDSHAKE_RETRY_S, give_up - time.monotonic())
-            try:
-                response = self._request(FLATLAND_RL.PING, {"version": _flatland_version()}, wait_s=max(wait_s, 0.01))
-                break
-            except ServerUnavailable:
-                if time.monotonic() >= give_up:
-                    raise
+        """Handshake; resent while the evaluator is not up yet, until ``reply_timeout_s``."""
+        response = self._request(FLATLAND_RL.PING, {"version": _flatland_version()})
         if response["type"] != FLATLAND_RL.PONG:
             raise ArbiterError(f"handshake failed: expected PONG, got {response['type']!r}")
         self.server_info = extension(response.get("payload"))
@@ -111,6 +110,7 @@ class RemoteClient:
             return False, False
         ext = extension(payload)
         self.current_env_path = payload.get("env_file_path")
+        self.episode_index = ext.get("episode")
         if "env_state" in ext:
             env_dict = env_state_from_wire(ext["env_state"])
             rewards = rewards_for(ext.get("reward_model", "flatland"))
@@ -160,32 +160,61 @@ class RemoteClient:
             kind = message.get("type") if isinstance(message, dict) else None
         except ArbiterError:
             kind = None
+        if kind == EPISODE_LOST:
+            raise EpisodeLost("the evaluator lost this episode's steps in a Redis outage; env_create() replays it")
         if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
             raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
         raise TimeoutException("the evaluator timed out this episode: step budget exceeded")
 
+    def _tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
+        """The request, with this client's session and next sequence number (see server/clients.py)."""
+        self._seq += 1
+        ext = dict(payload.get(EXTENSION_KEY, {}))
+        ext.update(session=self.session, seq=self._seq)
+        return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
+
     def _send_step(self, payload: dict[str, Any]) -> None:
         # One round trip: check for a timeout and push the step together. A step pushed after a
-        # timeout is ignored by the evaluator, so pushing it anyway changes nothing.
-        message = codec.encode(request(FLATLAND_RL.ENV_STEP, payload, self._new_channel()))
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpop(self.errors_key)
-        pipe.lpush(self.commands_key, message)
-        error, _ = self._execute(pipe.execute, FLATLAND_RL.ENV_STEP)
+        # timeout is ignored by the evaluator, so pushing it anyway changes nothing; a step pushed
+        # twice (a retry after a lost connection) carries the same sequence number and is applied once.
+        message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._new_channel())
+
+        def send() -> Any:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.rpop(self.errors_key)
+            pipe.lpush(self.commands_key, message)
+            return pipe.execute()
+
+        error, _ = self._with_reconnect(send, FLATLAND_RL.ENV_STEP, time.monotonic() + self.reply_timeout_s)
         self._raise_pending_timeout(error)
 
     def _request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
-        self._raise_pending_timeout(self._execute(lambda: self.redis.rpop(self.errors_key), type_))
-        channel = self._new_channel()
-        message = codec.encode(request(type_, payload, channel))
-        self._execute(lambda: self.redis.lpush(self.commands_key, message), type_)
         wait_s = self.reply_timeout_s if wait_s is None else wait_s
-        found = self._execute(lambda: self.redis.blpop([channel], timeout=wait_s), type_)
-        if found is None:
-            raise ServerUnavailable(
-                f"no reply to {type_} from the evaluator within {wait_s:g} s "
-                f"(Redis {self.redis_url}, service id {self.service_id!r}): is the evaluator running?"
+        give_up = time.monotonic() + wait_s
+        self._raise_pending_timeout(self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up))
+        channel = self._new_channel()
+        message = self._tagged(type_, payload, channel)
+        # arbiter's evaluator answers a resent request from its cache, so resending after a lost
+        # message is safe; flatland's would apply it twice, so only its PING is resent.
+        resend = type_ == FLATLAND_RL.PING or "protocol" in self.server_info
+        self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        while True:
+            left = give_up - time.monotonic()
+            chunk = min(left, self.resend_after_s) if resend else left
+            # Redis rounds a blocking timeout to milliseconds and 0 means forever: never send < 10 ms.
+            block_s = round(max(chunk, 0.01), 3)
+            found = self._with_reconnect(
+                functools.partial(self.redis.blpop, [channel], timeout=block_s), type_, give_up
             )
+            if found is not None:
+                break
+            if time.monotonic() >= give_up:
+                raise ServerUnavailable(
+                    f"no reply to {type_} from the evaluator within {wait_s:g} s "
+                    f"(Redis {self.redis_url}, service id {self.service_id!r}): is the evaluator running?"
+                )
+            if resend:
+                self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
         response = codec.decode(found[1], codec.REPLY_LIMITS)
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
@@ -193,13 +222,20 @@ class RemoteClient:
             raise error_from_payload(response.get("payload"))
         return response
 
-    def _execute(self, call: Any, type_: str) -> Any:
+    def _with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
+        """Run a Redis call, retrying through connection errors (a Redis restart) until ``give_up``."""
         import redis
 
-        try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
-            raise ServerUnavailable(f"cannot reach Redis at {self.redis_url} for {type_}: {exc}") from exc
+        pause_s = 0.05
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() + pause_s >= give_up:
+                    raise ServerUnavailable(f"cannot reach Redis at {self.redis_url} for {type_}: {exc}") from exc
+                log.warning("Redis unreachable (%s); retrying", exc)
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, 1.0)
 
     def _new_channel(self) -> str:
         return keys.response_key(self.service_id, uuid.uuid4().hex)

@@ -50,6 +50,12 @@ class VersionMismatch(ProtocolError):
     code = "VERSION_MISMATCH"
 
 
+class ClientConflict(ProtocolError):
+    """Another client already runs this evaluation: one client per evaluation."""
+
+    code = "OTHER_CLIENT"
+
+
 class EvaluationError(ArbiterError):
     """The evaluation cannot go on (over budget, already finished, ...)."""
 
@@ -72,29 +78,29 @@ class TimeoutException(ArbiterError, StopAsyncIteration):
     code = "TIMEOUT"
 
 
+class EpisodeLost(TimeoutException):
+    """The evaluator lost the running episode's steps in a Redis outage: ``env_create()``
+    hands the same episode out again, from its start, at no cost to the score."""
+
+    code = "EPISODE_LOST"
+
+
 class ConfigError(ArbiterError):
     """An impossible or unknown setting (competition spec, command line)."""
 
     code = "CONFIG"
 
 
-ERRORS_BY_CODE: dict[str, type[ArbiterError]] = {
-    cls.code: cls
-    for cls in (
-        ArbiterError,
-        ProtocolError,
-        DecodeError,
-        MessageTooLarge,
-        UnknownMessageType,
-        OutOfOrder,
-        InvalidAction,
-        VersionMismatch,
-        EvaluationError,
-        ServerUnavailable,
-        TimeoutException,
-        ConfigError,
-    )
-}
+def _all_errors(root: type[ArbiterError]) -> list[type[ArbiterError]]:
+    found = [root]
+    for sub in root.__subclasses__():
+        found += _all_errors(sub)
+    return found
+
+
+# Every class of the hierarchy, by its wire code (derived, so a new class cannot be forgotten).
+ERRORS_BY_CODE: dict[str, type[ArbiterError]] = {cls.code: cls for cls in _all_errors(ArbiterError)}
+assert len(ERRORS_BY_CODE) == len(_all_errors(ArbiterError)), "two error classes share a code"
 
 
 def error_from_payload(payload: object) -> ArbiterError:

@@ -21,7 +21,12 @@ Payloads:
     any failure  → ERROR {"code": ..., "message": ...}
 
 Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
-and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}.
+and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}, and
+for arbiter's client {"type": EPISODE_LOST} (the episode will be played again).
+
+Every request of arbiter's client carries {"arbiter": {"session": id, "seq": n}} in its payload:
+the evaluator binds to the first client it hears, refuses others (OTHER_CLIENT), answers a
+resent request (same seq) from its cached reply and drops stale ones (server/clients.py).
 
 Extension fields live under the ``"arbiter"`` key of a payload: legacy peers ignore them.
 """
@@ -50,6 +55,9 @@ class FLATLAND_RL:  # noqa: N801 - the wire names, spelled as flatland-rl spells
 
 
 REQUEST_TYPES = frozenset({FLATLAND_RL.PING, FLATLAND_RL.ENV_CREATE, FLATLAND_RL.ENV_STEP, FLATLAND_RL.ENV_SUBMIT})
+# arbiter's own out-of-band error: the episode lost steps in a Redis outage and will be played
+# again from the start at the next ENV_CREATE (only sent to arbiter's client).
+EPISODE_LOST = "ARBITER.EPISODE_LOST"
 TIMEOUT_TYPES = frozenset({FLATLAND_RL.ENV_STEP_TIMEOUT, FLATLAND_RL.ENV_RESET_TIMEOUT})
 
 

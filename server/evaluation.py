@@ -32,7 +32,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol.errors import EvaluationError, OutOfOrder, TimeoutException
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
+from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from .adapters.flatland import FlatlandEpisode, sanitize_actions
 from .budgets import BudgetPolicy, Deadline, Wait, budget_for
@@ -286,6 +286,18 @@ class Evaluation:
             played = len(self.records) + (self.current is not None)
             self._end_early(f"ENV_SUBMIT after {played} of {self.total} episodes", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
+
+    def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
+        """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
+        the same episode out again. The client learns it through an out-of-band error."""
+        if self.current is None:
+            return []
+        self.counters["episodes_replayed"] += 1
+        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.spec.index)
+        self.current = None
+        self.next_index -= 1
+        self._set_wait(Wait.NEXT_EPISODE, now)
+        return [{"type": EPISODE_LOST}]
 
     # -- endings ----------------------------------------------------------------------------
 

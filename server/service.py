@@ -18,9 +18,10 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol import codec, keys
-from arbiter.protocol.errors import ArbiterError, DecodeError, UnknownMessageType
-from arbiter.protocol.messages import FLATLAND_RL, error_reply
+from arbiter.protocol.errors import ArbiterError, ClientConflict, DecodeError, UnknownMessageType
+from arbiter.protocol.messages import FLATLAND_RL, error_reply, extension
 
+from .clients import ClientGate, Verdict
 from .evaluation import Evaluation
 from .transport import RedisTransport
 
@@ -31,11 +32,14 @@ class EvaluatorService:
     def __init__(self, evaluation: Evaluation, transport: RedisTransport):
         self.evaluation = evaluation
         self.transport = transport
+        self.gate = ClientGate()
+        self._outages_seen = 0  # transport outages already accounted for
         self.service_id = transport.service_id
         self._stop = threading.Event()
         self._stop_reason = ""
         self._agent_gone = threading.Event()
         self._agent_status: int | None = None
+        self.clock = time.monotonic
         self.dispatch: dict[str, Callable[[dict[str, Any], float], dict[str, Any] | None]] = {
             FLATLAND_RL.PING: evaluation.on_ping,
             FLATLAND_RL.ENV_CREATE: evaluation.on_create,
@@ -46,6 +50,22 @@ class EvaluatorService:
     def request_stop(self, reason: str) -> None:
         self._stop_reason = reason
         self._stop.set()
+
+    def _lost_in_outage(self, type_: str, lost: int, now: float) -> bool:
+        """Requests went missing before this one; returns whether to go on and apply it.
+
+        Only a Redis outage the evaluator itself saw can lose requests; then the running
+        episode cannot be trusted (its steps are incomplete) and is played again. A gap with no
+        outage is the client's doing: counted, and the request applied as it is.
+        """
+        self.evaluation.counters["lost_requests"] += lost
+        if self.transport.outages == self._outages_seen:
+            return True
+        self._outages_seen = self.transport.outages
+        for error in self.evaluation.replay_current_episode(self.clock()):
+            self.transport.push_error(codec.encode(error))
+        # A step of the discarded episode is not applied; anything else (ENV_CREATE) goes on.
+        return type_ != FLATLAND_RL.ENV_STEP
 
     def agent_exited(self, status: int) -> None:
         """The local agent process ended (``arbiter run``): finish once its requests are handled."""
@@ -104,16 +124,33 @@ class EvaluatorService:
         payload = message.get("payload")
         if not isinstance(payload, dict):
             payload = {}
+        type_ = message.get("type")
+        admission = None
         try:
-            handler = self.dispatch.get(message.get("type"))  # type: ignore[arg-type]
+            handler = self.dispatch.get(type_) if isinstance(type_, str) else None
             if handler is None:
                 counters["unknown_types"] += 1
-                raise UnknownMessageType(f"unknown request type {str(message.get('type'))[:80]!r}")
-            self.evaluation.check_overall(now)
-            response = handler(payload, now)
+                raise UnknownMessageType(f"unknown request type {str(type_)[:80]!r}")
+            admission = self.gate.admit(extension(payload))
+            if admission.verdict is Verdict.FOREIGN:
+                counters["foreign_requests"] += 1
+                raise ClientConflict("another client is running this evaluation (one client per evaluation)")
+            if admission.verdict is Verdict.STALE:
+                counters["stale_requests"] += 1
+                return
+            if admission.verdict is Verdict.RESEND:
+                counters["resent_requests"] += 1
+                response = admission.cached_reply
+            else:
+                self.evaluation.check_overall(now)
+                if admission.lost and not self._lost_in_outage(type_, admission.lost, now):
+                    return
+                response = handler(payload, now)
         except ArbiterError as exc:
             counters[f"errors_{exc.code.lower()}"] += 1
-            log.warning("request %s refused: %s", str(message.get("type"))[:80], exc)
+            log.warning("request %s refused: %s", str(type_)[:80], exc)
             response = error_reply(exc.code, str(exc))
+        if admission is not None and admission.verdict is Verdict.APPLY:
+            self.gate.remember(admission, response)
         if response is not None and reply_to is not None:
             self.transport.reply(reply_to, codec.encode(response))

@@ -30,6 +30,7 @@ class RedisTransport:
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
         self.errors_key = keys.errors_key(service_id)
+        self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
 
     def clear(self) -> None:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
