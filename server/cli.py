@@ -88,6 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the evaluator alone (hosted evaluation)")
     _shared_options(serve)
+    serve.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
+    )
 
     generate = commands.add_parser("generate", help="write a Flatland test folder from a preset and seed")
     generate.add_argument("--out", required=True, metavar="DIR")
@@ -192,8 +197,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     redis_url = resolve_redis_url(args, embedded_ok=False)
     results_dir = resolve_results(args)
     progress = Progress(enabled=not args.quiet)
+    if args.resume and not args.results:
+        raise ConfigError("--resume needs the --results folder of the evaluation to continue")
     service = start_service(
-        spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id, progress=progress
+        spec,
+        tests=tests,
+        results_dir=results_dir,
+        redis_url=redis_url,
+        service_id=service_id,
+        progress=progress,
+        resume=args.resume,
     )
     summary = run_to_end(service, progress, results_dir)
     return EXIT_CODES[summary["state"]]

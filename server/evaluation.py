@@ -31,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.protocol.errors import EvaluationError, OutOfOrder, TimeoutException
+from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from .adapters.flatland import FlatlandEpisode, sanitize_actions
@@ -108,6 +108,7 @@ class Evaluation:
         self.wait_started = clock()
         self.created_at = clock()
         self.started_at: float | None = None  # first request: the overall budget starts here
+        self.used_before_s = 0.0  # overall time used by earlier runs of a resumed evaluation
         self.finished_at: float | None = None
         self.started_wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
         self.successive_timeouts = 0
@@ -134,14 +135,17 @@ class Evaluation:
     def deadline(self) -> Deadline:
         at = self.wait_started + budget_for(self.wait, self.budgets)
         if self.started_at is not None:
-            overall_at = self.started_at + self.budgets.overall_s
+            overall_at = self.started_at + self.budgets.overall_s - self.used_before_s
             if overall_at <= at:
                 return Deadline(self.wait, overall_at, overall=True)
         return Deadline(self.wait, at)
 
+    def elapsed_s(self, now: float) -> float:
+        """Overall budget used so far, across restarts (downtime between runs is not counted)."""
+        return self.used_before_s + (now - self.started_at if self.started_at is not None else 0.0)
+
     def time_left_s(self, now: float) -> float:
-        start = self.started_at if self.started_at is not None else now
-        return max(0.0, start + self.budgets.overall_s - now)
+        return max(0.0, self.budgets.overall_s - self.elapsed_s(now))
 
     def expire(self, deadline: Deadline, now: float) -> list[dict[str, Any]]:
         """A deadline passed with no request; returns out-of-band errors for the client."""
@@ -189,9 +193,31 @@ class Evaluation:
         return []
 
     def check_overall(self, now: float) -> None:
-        if self.started_at is not None and now >= self.started_at + self.budgets.overall_s:
+        if self.started_at is not None and self.elapsed_s(now) >= self.budgets.overall_s:
             self._fail_overall(now)
             raise EvaluationError(self.termination_cause)
+
+    def restore(self, records: list[dict[str, Any]]) -> None:
+        """Continue a killed evaluation after its last finished episode (``--resume``)."""
+        for record, spec in zip(records, self.specs, strict=False):
+            if record.get("env") != spec.env or record.get("index") != spec.index:
+                raise ConfigError(
+                    f"the results folder does not belong to this test set: episode {record.get('index')} "
+                    f"is {record.get('env')!r} there, {spec.env!r} here"
+                )
+        if len(records) > self.total:
+            raise ConfigError(f"the results folder holds {len(records)} episodes; this test set has {self.total}")
+        self.records = list(records)
+        self.next_index = len(records)
+        self.used_before_s = float(records[-1].get("elapsed_s") or 0.0) if records else 0.0
+        for record in reversed(records):
+            if not record["timed_out"]:
+                break
+            self.successive_timeouts += 1
+        self.counters["resumed"] += 1
+        log.info(
+            "resuming after %d finished episodes (%.1f s of the overall budget used)", len(records), self.used_before_s
+        )
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -322,7 +348,7 @@ class Evaluation:
         self.store.write_summary(self.summary())
 
     def _fail_overall(self, now: float) -> None:
-        elapsed = now - (self.started_at or now)
+        elapsed = self.elapsed_s(now)
         self.finish(
             State.FAILED,
             f"overall budget of {self.budgets.overall_s:g} s exceeded after {elapsed:.1f} s; no score",
@@ -420,6 +446,7 @@ class Evaluation:
             "step_think_s": _stats(self._episode_think) if episode is not None else None,
             "seed": self.adapter.seed,
             "debug": self.debug,
+            "elapsed_s": self.elapsed_s(now),  # overall budget used when it ended (for --resume)
         }
         self.store.add_episode(record)  # durable before anything else happens
         self.records.append(record)
@@ -484,7 +511,7 @@ class Evaluation:
             "budgets": self.budgets.as_dict(),
             "counters": dict(self.counters),
             "timing": {
-                "evaluation_s": end - self.started_at if self.started_at is not None else 0.0,
+                "evaluation_s": self.elapsed_s(end),
                 "step_think_s": _stats(self.think_s),
                 "server_step_s": _stats(self.server_step_s),
             },

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol import keys
+from arbiter.protocol.errors import ConfigError
 
 from .adapters import ADAPTERS
 from .competition import CompetitionSpec
@@ -25,11 +26,22 @@ def build_service(
     redis_url: str,
     service_id: str,
     on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
+    resume: bool = False,
 ) -> EvaluatorService:
+    """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
+    last finished episode, and the Redis lists are kept: a client may be waiting on them."""
     keys.validate_service_id(service_id)
     adapter = ADAPTERS[spec.adapter](tests, seed=spec.seed, max_episodes=spec.max_episodes)
     store = ResultsStore(results_dir, adapter.metadata_columns, adapter.metadata)
-    store.start_fresh()
+    previous = store.previous_summary() if resume else None
+    if previous is not None and previous.get("state") in ("SUCCESS", "FAILED"):
+        raise ConfigError(
+            f"the evaluation in {results_dir} already ended ({previous['state']}: {previous.get('termination_cause')});"
+            " nothing to resume"
+        )
+    records = store.load_for_resume() if resume else []
+    if not resume:
+        store.start_fresh()
     evaluation = Evaluation(
         adapter,
         scoring_rule(spec.scoring),
@@ -40,13 +52,23 @@ def build_service(
         debug=spec.debug,
         on_episode=on_episode,
     )
+    if records:
+        evaluation.restore(records)
     transport = RedisTransport(redis_url, service_id)
-    transport.clear()
+    if not resume:
+        transport.clear()
     return EvaluatorService(evaluation, transport)
 
 
 def start_service(
-    spec: CompetitionSpec, *, tests: str, results_dir: str, redis_url: str, service_id: str, progress: Progress
+    spec: CompetitionSpec,
+    *,
+    tests: str,
+    results_dir: str,
+    redis_url: str,
+    service_id: str,
+    progress: Progress,
+    resume: bool = False,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled, progress announced."""
     service = build_service(
@@ -56,6 +78,7 @@ def start_service(
         redis_url=redis_url,
         service_id=service_id,
         on_episode=progress.episode,
+        resume=resume,
     )
     service.install_signal_handlers()
     progress.started(

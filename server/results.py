@@ -58,6 +58,41 @@ class ResultsStore:
                 os.remove(path)
         self._csv_rows = []
 
+    def load_for_resume(self) -> list[dict[str, Any]]:
+        """The finished episodes of an earlier, killed run; a torn last line is cut off.
+
+        A SIGKILL can land in the middle of an append: every complete line ends with a newline
+        and parses, so the file is truncated after the last such line.
+        """
+        if not os.path.exists(self.episodes_path):
+            return []
+        records: list[dict[str, Any]] = []
+        good_bytes = 0
+        with open(self.episodes_path, "rb") as handle:
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break
+                try:
+                    records.append(json.loads(line))
+                except ValueError:
+                    break
+                good_bytes += len(line)
+        if good_bytes != os.path.getsize(self.episodes_path):
+            with open(self.episodes_path, "r+b") as handle:
+                handle.truncate(good_bytes)
+                handle.flush()
+                os.fsync(handle.fileno())
+        self._csv_rows = [self._csv_row(record) for record in records]
+        self._write_csv()
+        return records
+
+    def previous_summary(self) -> dict[str, Any] | None:
+        try:
+            with open(self.summary_path, encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            return None
+
     def add_episode(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
         with open(self.episodes_path, "a", encoding="utf-8") as handle:
