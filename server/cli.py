@@ -72,6 +72,13 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--max-successive-timeouts", type=_positive(int), metavar="N", help="timeouts in a row that end the evaluation"
     )
+    parser.add_argument(
+        "--redis-outage-timeout",
+        type=_positive(float),
+        default=60.0,
+        metavar="S",
+        help="how long the evaluator rides out a Redis outage before stopping as INTERRUPTED (default 60)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
 
@@ -180,6 +187,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         service_id=service_id,
         redis_url=resolve_redis_url(args, embedded_ok=True),
         progress=Progress(enabled=not args.quiet),
+        redis_outage_s=args.redis_outage_timeout,
     )
     if outcome.agent_status not in (0, None):
         print(f"arbiter: the agent exited with status {outcome.agent_status}", file=sys.stderr)
@@ -207,6 +215,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         service_id=service_id,
         progress=progress,
         resume=args.resume,
+        redis_outage_s=args.redis_outage_timeout,
     )
     summary = run_to_end(service, progress, results_dir)
     return EXIT_CODES[summary["state"]]

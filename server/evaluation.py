@@ -197,6 +197,13 @@ class Evaluation:
             self._fail_overall(now)
             raise EvaluationError(self.termination_cause)
 
+    def add_downtime(self, downtime_s: float) -> None:
+        """Move every running budget by an outage of the evaluator's infrastructure."""
+        self.wait_started += downtime_s
+        if self.started_at is not None:
+            self.started_at += downtime_s
+        self.counters["downtime_ms"] += round(downtime_s * 1000)
+
     def restore(self, records: list[dict[str, Any]]) -> None:
         """Continue a killed evaluation after its last finished episode (``--resume``)."""
         for record, spec in zip(records, self.specs, strict=False):

@@ -15,7 +15,7 @@ from .progress import Progress
 from .results import ResultsStore
 from .scoring import scoring_rule
 from .service import EvaluatorService
-from .transport import RedisTransport
+from .transport import DEFAULT_OUTAGE_LIMIT_S, RedisTransport
 
 
 def build_service(
@@ -27,6 +27,7 @@ def build_service(
     service_id: str,
     on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
     resume: bool = False,
+    redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them."""
@@ -54,7 +55,7 @@ def build_service(
     )
     if records:
         evaluation.restore(records)
-    transport = RedisTransport(redis_url, service_id)
+    transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
     if not resume:
         transport.clear()
     return EvaluatorService(evaluation, transport)
@@ -69,6 +70,7 @@ def start_service(
     service_id: str,
     progress: Progress,
     resume: bool = False,
+    redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled, progress announced."""
     service = build_service(
@@ -79,6 +81,7 @@ def start_service(
         service_id=service_id,
         on_episode=progress.episode,
         resume=resume,
+        redis_outage_s=redis_outage_s,
     )
     service.install_signal_handlers()
     progress.started(

@@ -63,6 +63,7 @@ def run_local(
     service_id: str,
     redis_url: str | None,
     progress: Progress,
+    redis_outage_s: float = 60.0,
 ) -> RunOutcome:
     embedded: EmbeddedRedis | None = None
     if redis_url is None:
@@ -77,7 +78,13 @@ def run_local(
     agent = None
     try:
         service = start_service(
-            spec, tests=tests, results_dir=results_dir, redis_url=redis_url, service_id=service_id, progress=progress
+            spec,
+            tests=tests,
+            results_dir=results_dir,
+            redis_url=redis_url,
+            service_id=service_id,
+            progress=progress,
+            redis_outage_s=redis_outage_s,
         )
         try:
             agent = subprocess.Popen(agent_command, env=agent_environment(redis_url, service_id, tests))

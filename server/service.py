@@ -23,7 +23,7 @@ from arbiter.protocol.messages import FLATLAND_RL, error_reply, extension
 
 from .clients import ClientGate, Verdict
 from .evaluation import Evaluation
-from .transport import RedisTransport
+from .transport import RedisTransport, RedisUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +34,7 @@ class EvaluatorService:
         self.transport = transport
         self.gate = ClientGate()
         self._outages_seen = 0  # transport outages already accounted for
+        self._downtime_seen_s = 0.0
         self.service_id = transport.service_id
         self._stop = threading.Event()
         self._stop_reason = ""
@@ -89,7 +90,12 @@ class EvaluatorService:
 
         while not evaluation.finished:
             deadline = evaluation.deadline()
-            raw = self.transport.pop(deadline.at, should_stop=should_stop)
+            try:
+                raw = self.transport.pop(deadline.at, should_stop=should_stop)
+                self._account_downtime()
+            except RedisUnavailable as exc:
+                evaluation.interrupt(str(exc))
+                break
             if self._stop.is_set():
                 evaluation.interrupt(self._stop_reason)
                 break
@@ -100,12 +106,26 @@ class EvaluatorService:
                     evaluation.agent_exited(self._agent_status, time.monotonic())
                     break
             now = time.monotonic()
-            if raw is None:
-                for error in evaluation.expire(deadline, now):
-                    self.transport.push_error(codec.encode(error))
-                continue
-            self.handle(raw, now)
+            try:
+                if raw is None:
+                    deadline = evaluation.deadline()  # an outage may have moved it
+                    if now >= deadline.at:
+                        for error in evaluation.expire(deadline, now):
+                            self.transport.push_error(codec.encode(error))
+                    continue
+                self.handle(raw, now)
+                self._outages_seen = self.transport.outages
+            except RedisUnavailable as exc:
+                evaluation.interrupt(str(exc))
+                break
         return evaluation.summary()
+
+    def _account_downtime(self) -> None:
+        """Redis downtime is not the participant's: every running budget is moved by it."""
+        new_downtime_s = self.transport.downtime_s - self._downtime_seen_s
+        if new_downtime_s > 0:
+            self._downtime_seen_s = self.transport.downtime_s
+            self.evaluation.add_downtime(new_downtime_s)
 
     def handle(self, raw: bytes, now: float) -> None:
         counters = self.evaluation.counters

@@ -9,11 +9,19 @@ the deadline is always seen, and nothing queued is ever dropped.
 
 from __future__ import annotations
 
+import functools
+import logging
 import time
 from collections.abc import Callable
+from typing import Any
+
+import redis
 
 from arbiter.protocol import keys
+from arbiter.protocol.errors import ArbiterError
 from arbiter.protocol.redis_conn import connect
+
+log = logging.getLogger(__name__)
 
 POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
 # Redis turns a BRPOP timeout into whole milliseconds and 0 means "block forever": never send
@@ -24,29 +32,79 @@ MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop request
 REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of piling up
 
 
+DEFAULT_OUTAGE_LIMIT_S = 60.0
+
+
+class RedisUnavailable(ArbiterError):
+    """Redis stayed unreachable longer than the evaluator's outage limit."""
+
+    code = "REDIS_UNAVAILABLE"
+
+
 class RedisTransport:
-    def __init__(self, redis_url: str, service_id: str):
+    """Every Redis call of the evaluator goes through ``_call``, which rides out an outage (a
+    Redis restart) with backoff for up to ``outage_limit_s``. ``outages`` and ``downtime_s``
+    tell the service what happened, so the downtime is never charged to the participant."""
+
+    def __init__(self, redis_url: str, service_id: str, outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S):
         self.redis = connect(redis_url, socket_timeout_s=MAX_BLOCK_S + 10.0)
+        self.redis_url = redis_url
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
         self.errors_key = keys.errors_key(service_id)
+        self.outage_limit_s = outage_limit_s
         self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
+        self.downtime_s = 0.0
+
+    def _call(self, command: Callable[[], Any]) -> Any:
+        while True:
+            try:
+                return command()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                self._ride_out_outage(exc)
+
+    def _ride_out_outage(self, exc: Exception) -> None:
+        started = time.monotonic()
+        self.outages += 1
+        log.warning("Redis unreachable (%s); retrying for up to %g s", exc, self.outage_limit_s)
+        pause_s = 0.05
+        while True:
+            if time.monotonic() - started > self.outage_limit_s:
+                raise RedisUnavailable(
+                    f"Redis at {self.redis_url} unreachable for more than {self.outage_limit_s:g} s: {exc}"
+                ) from exc
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 1.0)
+            try:
+                self.redis.ping()
+                break
+            except (redis.ConnectionError, redis.TimeoutError):
+                continue
+        down_s = time.monotonic() - started
+        self.downtime_s += down_s
+        log.warning("Redis is back after %.2f s", down_s)
 
     def clear(self) -> None:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
-        self.redis.delete(*keys.evaluation_keys(self.service_id))
+        self._call(lambda: self.redis.delete(*keys.evaluation_keys(self.service_id)))
 
     def pop(self, deadline: float, should_stop: Callable[[], bool] = lambda: False) -> bytes | None:
-        """The next command, or None once ``deadline`` (monotonic) passed or a stop was asked."""
+        """The next command, or None once ``deadline`` (monotonic) passed, a stop was asked, or
+        an outage was ridden out (the caller moves its deadlines by the downtime and asks again)."""
+        outages = self.outages
         while not should_stop():
             remaining = deadline - time.monotonic()
             block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
             if block_s >= MIN_BLOCK_S:
-                found = self.redis.brpop([self.commands_key], timeout=round(block_s, 3))
+                found = self._call(functools.partial(self.redis.brpop, [self.commands_key], timeout=round(block_s, 3)))
                 if found is not None:
                     return found[1]
+                if self.outages != outages:
+                    return None
                 continue
-            command = self.redis.rpop(self.commands_key)
+            command = self._call(lambda: self.redis.rpop(self.commands_key))
+            if self.outages != outages:
+                return command
             if command is not None:
                 return command
             if remaining <= 0:
@@ -55,16 +113,19 @@ class RedisTransport:
         return None
 
     def pop_nowait(self) -> bytes | None:
-        return self.redis.rpop(self.commands_key)
+        return self._call(lambda: self.redis.rpop(self.commands_key))
 
     def reply(self, channel: str, message: bytes) -> None:
-        pipe = self.redis.pipeline(transaction=False)
-        pipe.rpush(channel, message)
-        pipe.expire(channel, REPLY_TTL_S)
-        pipe.execute()
+        def send() -> None:
+            pipe = self.redis.pipeline(transaction=False)
+            pipe.rpush(channel, message)
+            pipe.expire(channel, REPLY_TTL_S)
+            pipe.execute()
+
+        self._call(send)
 
     def push_error(self, message: bytes) -> None:
-        self.redis.rpush(self.errors_key, message)
+        self._call(lambda: self.redis.rpush(self.errors_key, message))
 
     def close(self) -> None:
         self.redis.close()
