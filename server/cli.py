@@ -106,6 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS))
     generate.add_argument("--seed", type=int, default=DEBUG_TEST_SEED)
     generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR")
+    acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
+    acl.add_argument("--service-id", required=True)
+    acl.add_argument("--password", required=True, help="the participant's Redis password (printed only hashed)")
+    acl.add_argument("--user", help="ACL user name (default participant-<service id>; 'default' for legacy clients)")
     return parser
 
 
@@ -227,6 +231,13 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_acl(args: argparse.Namespace) -> int:
+    from .acl import acl_line, participant_acl
+
+    print(acl_line(participant_acl(args.service_id, args.password, args.user)))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -234,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate}
+    handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
     try:
         return handlers[args.command](args)
     except (ArbiterError, FileExistsError, ValueError) as exc:
