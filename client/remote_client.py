@@ -24,7 +24,7 @@ from arbiter.protocol.errors import (
     TimeoutException,
     error_from_payload,
 )
-from arbiter.protocol.flatland_env import build_rail_env, env_state_from_wire, rewards_for
+from arbiter.protocol.flatland_env import build_rail_env, env_state_from_wire, preload, rewards_for
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import connect
 
@@ -89,6 +89,7 @@ class RemoteClient:
         self.server_info: dict[str, Any] = {}
         self.current_env_path: str | None = None
         self._last_step_end = time.monotonic()
+        preload()
         self.ping_pong()
 
     # -- the SDK --------------------------------------------------------------------------

@@ -65,6 +65,12 @@ def env_state_from_wire(data: Any) -> dict:
     return env_dict
 
 
+def preload() -> None:
+    """Import what ``build_rail_env`` needs (about a second, once): a client calls this before
+    its first episode, so the imports do not eat into that episode's planning budget."""
+    from flatland.envs import persistence, rail_env  # noqa: F401
+
+
 def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None) -> Any:
     """A RailEnv from an env dict, exactly as ``RailEnvPersister.load_new`` builds one.
 

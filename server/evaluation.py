@@ -342,6 +342,11 @@ class Evaluation:
         else:
             self._end_early(f"the agent process exited with status {status} before submitting", now)
 
+    def fail_for_misbehaviour(self, cause: str, now: float) -> None:
+        """The agent attacked the evaluation (a flood): no score; finished episodes stay written."""
+        if not self.finished:
+            self.finish(State.FAILED, cause, now)
+
     def interrupt(self, cause: str) -> None:
         if not self.finished:
             self.finish(State.INTERRUPTED, cause, self.clock())

@@ -28,10 +28,20 @@ from .transport import RedisTransport, RedisUnavailable
 log = logging.getLogger(__name__)
 
 
+# A flood: more unprocessed requests than any agent can have in flight. Checked every
+# FLOOD_CHECK_EVERY requests or FLOOD_CHECK_S seconds, whichever comes first (one LLEN).
+FLOOD_QUEUE_LIMIT = 50_000
+FLOOD_CHECK_EVERY = 1000
+FLOOD_CHECK_S = 1.0
+
+
 class EvaluatorService:
-    def __init__(self, evaluation: Evaluation, transport: RedisTransport):
+    def __init__(self, evaluation: Evaluation, transport: RedisTransport, flood_queue_limit: int = FLOOD_QUEUE_LIMIT):
         self.evaluation = evaluation
         self.transport = transport
+        self.flood_queue_limit = flood_queue_limit
+        self._handled_since_check = 0
+        self._last_flood_check = time.monotonic()
         self.gate = ClientGate()
         self._outages_seen = 0  # transport outages already accounted for
         self._downtime_seen_s = 0.0
@@ -115,10 +125,26 @@ class EvaluatorService:
                     continue
                 self.handle(raw, now)
                 self._outages_seen = self.transport.outages
+                self._check_flood(now)
             except RedisUnavailable as exc:
                 evaluation.interrupt(str(exc))
                 break
         return evaluation.summary()
+
+    def _check_flood(self, now: float) -> None:
+        self._handled_since_check += 1
+        if self._handled_since_check < FLOOD_CHECK_EVERY and now - self._last_flood_check < FLOOD_CHECK_S:
+            return
+        self._handled_since_check = 0
+        self._last_flood_check = now
+        queued = self.transport.queued()
+        if queued > self.flood_queue_limit:
+            self.evaluation.counters["flood_queue_length"] = queued
+            self.evaluation.fail_for_misbehaviour(
+                f"flood: {queued} requests queued (limit {self.flood_queue_limit}); the agent sends far more than "
+                "an evaluation can use",
+                now,
+            )
 
     def _account_downtime(self) -> None:
         """Redis downtime is not the participant's: every running budget is moved by it."""

@@ -112,6 +112,9 @@ class RedisTransport:
             time.sleep(min(POLL_INTERVAL_S, remaining))
         return None
 
+    def queued(self) -> int:
+        return int(self._call(lambda: self.redis.llen(self.commands_key)))
+
     def pop_nowait(self) -> bytes | None:
         return self._call(lambda: self.redis.rpop(self.commands_key))
 
