@@ -163,3 +163,25 @@ def test_step_replies_report_progress_and_invalid_actions(redis_url, service_id,
         client.env_step({0: 9, 7: 1})
         assert service.evaluation.current.steps == 2
         assert service.evaluation.counters["invalid_actions"] == 2
+
+
+def test_results_csv_never_lags_behind_the_finished_episodes(redis_url, service_id, tiny_tests, tmp_path):
+    """flatland-rl wrote each episode's row only when the next one started."""
+    from harness import wait_for
+
+    results = str(tmp_path / "results")
+    with running_service(
+        spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id
+    ) as (_, outcome):
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        for episode in range(3):
+            client.env_create()
+            play_episode(client, episode)
+            wait_for(lambda n=episode + 1: len(read_episodes(results, missing_ok=True)) == n, what="the episode")
+            with open(os.path.join(results, "results.csv"), newline="") as handle:
+                rows = list(csv.DictReader(handle))
+            assert len(rows) == episode + 1  # written with the episode, before any next env_create
+            assert rows[-1]["env_id"] == f"Level_{episode}"
+        client.env_create()
+        client.submit()
+        finish(outcome)
