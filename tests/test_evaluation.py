@@ -165,6 +165,14 @@ def test_step_replies_report_progress_and_invalid_actions(redis_url, service_id,
         assert service.evaluation.counters["invalid_actions"] == 2
 
 
+def csv_rows(results: str) -> list[dict]:
+    path = os.path.join(results, "results.csv")
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
 def test_results_csv_never_lags_behind_the_finished_episodes(redis_url, service_id, tiny_tests, tmp_path):
     """flatland-rl wrote each episode's row only when the next one started."""
     from harness import wait_for
@@ -177,10 +185,9 @@ def test_results_csv_never_lags_behind_the_finished_episodes(redis_url, service_
         for episode in range(3):
             client.env_create()
             play_episode(client, episode)
-            wait_for(lambda n=episode + 1: len(read_episodes(results, missing_ok=True)) == n, what="the episode")
-            with open(os.path.join(results, "results.csv"), newline="") as handle:
-                rows = list(csv.DictReader(handle))
-            assert len(rows) == episode + 1  # written with the episode, before any next env_create
+            # No env_create is sent until the row is there: a CSV that lags to the next episode fails.
+            rows = wait_for(lambda n=episode + 1: csv_rows(results) if len(csv_rows(results)) == n else None,
+                            timeout_s=5, what=f"row {episode + 1} of results.csv")  # fmt: skip
             assert rows[-1]["env_id"] == f"Level_{episode}"
         client.env_create()
         client.submit()
