@@ -17,7 +17,9 @@ from arbiter.protocol import keys
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def test_an_endless_push_is_detected_and_ended(redis_url, redis_conn, service_id, tiny_tests, tmp_path):
+def test_an_endless_push_is_detected_and_ended(
+    redis_url, redis_conn, service_id, tiny_tests, tmp_path, record_property
+):
     results = str(tmp_path / "r")
     with running_service(spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id) as (
         service,
@@ -34,6 +36,7 @@ def test_an_endless_push_is_detected_and_ended(redis_url, redis_conn, service_id
                 pipe.lpush(keys.commands_key(service_id), b"\xc1junk")
             pipe.execute()
         summary = finish(outcome)
+    record_property("queued_when_detected", read_summary(results)["counters"]["flood_queue_length"])
     assert summary["state"] == "FAILED" and summary["termination_cause"].startswith("flood:")
     assert summary["score"]["primary"] is None
     assert [r["index"] for r in read_episodes(results)] == [0]  # finished work intact
@@ -54,7 +57,9 @@ AGENT = textwrap.dedent(
 )
 
 
-def test_a_killed_agent_costs_one_step_budget_then_the_successive_limit(redis_url, service_id, tiny_tests, tmp_path):
+def test_a_killed_agent_costs_one_step_budget_then_the_successive_limit(
+    redis_url, service_id, tiny_tests, tmp_path, record_property
+):
     results = tmp_path / "r"
     evaluator = subprocess.Popen(
         [sys.executable, "-m", "arbiter.server.cli", "serve", "--tests", tiny_tests, "--redis-url", redis_url,
@@ -84,6 +89,9 @@ def test_a_killed_agent_costs_one_step_budget_then_the_successive_limit(redis_ur
             if process.poll() is None:
                 process.kill()
                 process.wait()
+    record_property("detected_after_s", round(detected_after_s, 3))
+    record_property("evaluation_ended_after_s", round(ended_after_s, 3))
+    record_property("evaluator_exit", evaluator.returncode)
     assert records[0]["timed_out"] is True and records[0]["timeout"] == "step"
     assert records[0]["reward"] <= 0  # flatland recorded +max_steps x agents for a timeout
     assert detected_after_s < 0.3 + 0.5  # one step budget (+ file polling slack)

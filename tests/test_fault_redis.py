@@ -50,7 +50,7 @@ def kill(server: EmbeddedRedis) -> None:
     server.stop()  # reaps the process and removes its folder
 
 
-def test_redis_killed_and_restarted_mid_evaluation(redis_url, service_id, tiny_tests, tmp_path):
+def test_redis_killed_and_restarted_mid_evaluation(redis_url, service_id, tiny_tests, tmp_path, record_property):
     with running_service(
         spec(step_s=1.5), tests=tiny_tests, results=str(tmp_path / "ref"), redis_url=redis_url, service_id=service_id
     ) as (_, outcome):
@@ -76,6 +76,9 @@ def test_redis_killed_and_restarted_mid_evaluation(redis_url, service_id, tiny_t
             summary = finish(outcome)
     finally:
         redis.stop()
+    record_property("downtime_ms", summary["counters"]["downtime_ms"])
+    record_property("episodes_replayed", summary["counters"].get("episodes_replayed", 0))
+    record_property("resent_requests", summary["counters"].get("resent_requests", 0))
     assert summary["state"] == "SUCCESS"
     assert summary["episodes"]["timed_out"] == 0  # the downtime was not charged to the agent
     assert summary["counters"]["downtime_ms"] >= 2000

@@ -71,7 +71,7 @@ def serve(tiny_tests: str, redis_url: str, service_id: str, results: str) -> sub
 
 
 def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_scores(
-    redis_url, service_id, tiny_tests, tmp_path
+    redis_url, service_id, tiny_tests, tmp_path, record_property
 ):
     reference_results = str(tmp_path / "reference")
     with running_service(
@@ -115,6 +115,8 @@ def test_sigkill_at_random_points_then_resume_gives_the_uninterrupted_scores(
     assert kills >= 1
 
     summary = read_summary(results)
+    record_property("sigkills", kills)
+    record_property("score_diff", summary["score"]["primary"] - reference["score"]["primary"])
     assert summary["state"] == "SUCCESS"
     assert summary["score"]["primary"] == reference["score"]["primary"]
     assert summary["score"]["secondary"] == reference["score"]["secondary"]
