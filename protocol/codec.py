@@ -37,13 +37,21 @@ class Limits:
     max_depth: int
     max_container_len: int
     max_str_len: int
+    # Walk the structure before building it (bounds nesting and claimed sizes against hostile
+    # input). Needed for what agents send; replies come from the evaluator, which the client
+    # trusts with its whole environment anyway, and are large: they skip the (Python) walk.
+    prescan: bool = True
 
 
 # A request from an agent: small by nature (the biggest is an action dict of a few hundred agents).
 COMMAND_LIMITS = Limits(max_bytes=64 * 1024, max_depth=16, max_container_len=10_000, max_str_len=4096)
 # A reply from the evaluator carries the env's state: large, but from the trusted side.
 REPLY_LIMITS = Limits(
-    max_bytes=256 * 1024 * 1024, max_depth=64, max_container_len=50_000_000, max_str_len=64 * 1024 * 1024
+    max_bytes=256 * 1024 * 1024,
+    max_depth=64,
+    max_container_len=50_000_000,
+    max_str_len=64 * 1024 * 1024,
+    prescan=False,
 )
 
 _PLAIN_DTYPE_RE = re.compile(r"[<>|=]?[biufc]\d{1,2}")
@@ -197,7 +205,8 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
     if len(data) > limits.max_bytes:
         raise MessageTooLarge(f"message of {len(data)} bytes exceeds the limit of {limits.max_bytes}")
-    _prescan(bytes(data), limits.max_depth)
+    if limits.prescan:
+        _prescan(bytes(data), limits.max_depth)
     try:
         message = _msgpack.unpackb(
             data,

@@ -29,6 +29,7 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, TimeoutException
@@ -121,6 +122,11 @@ class Evaluation:
         self._episode_started = 0.0
         self._planning_s: float | None = None
         self._invalid_actions = 0
+        # The next episode's env is built in the background while the current one is played,
+        # so loading and resetting it never sits between the agent's ENV_CREATE and its reply.
+        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare-episode")
+        self._prepared: tuple[int, Future] | None = None
+        self._prepare(0)
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -216,6 +222,7 @@ class Evaluation:
             raise ConfigError(f"the results folder holds {len(records)} episodes; this test set has {self.total}")
         self.records = list(records)
         self.next_index = len(records)
+        self._prepare(self.next_index)
         self.used_before_s = float(records[-1].get("elapsed_s") or 0.0) if records else 0.0
         for record in reversed(records):
             if not record["timed_out"]:
@@ -256,8 +263,8 @@ class Evaluation:
             done = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
             return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, done)
         spec = self.specs[self.next_index]
+        self.current = self._open(self.next_index)
         self.next_index += 1
-        self.current = self.adapter.open(spec, self.rule.reward_model)
         body = self.current.create_payload()
         body[EXTENSION_KEY] = {
             "env_state": self.current.wire_state,
@@ -269,6 +276,7 @@ class Evaluation:
         self._episode_think = array("d")
         self._planning_s = None
         self._invalid_actions = 0
+        self._prepare(self.next_index)
         # Loading the env is our time, not the participant's: planning starts when it is ready.
         ready = self.clock()
         self._episode_started = ready
@@ -320,6 +328,18 @@ class Evaluation:
             self._end_early(f"ENV_SUBMIT after {played} of {self.total} episodes", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
+    def _prepare(self, index: int) -> None:
+        if index < self.total and (self._prepared is None or self._prepared[0] != index):
+            future = self._preparer.submit(self.adapter.open, self.specs[index], self.rule.reward_model)
+            self._prepared = (index, future)
+
+    def _open(self, index: int) -> FlatlandEpisode:
+        if self._prepared is not None and self._prepared[0] == index:
+            future = self._prepared[1]
+            self._prepared = None
+            return future.result()
+        return self.adapter.open(self.specs[index], self.rule.reward_model)
+
     def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
         """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
         the same episode out again. The client learns it through an out-of-band error."""
@@ -351,7 +371,13 @@ class Evaluation:
         if not self.finished:
             self.finish(State.INTERRUPTED, cause, self.clock())
 
+    def fail_internal(self, cause: str, now: float) -> None:
+        """A fault of the evaluator itself (a bug, an unreadable test file): FAILED, with the cause."""
+        if not self.finished:
+            self.finish(State.FAILED, f"internal error: {cause}", now)
+
     def finish(self, state: State, cause: str, now: float) -> None:
+        self._preparer.shutdown(wait=False, cancel_futures=True)
         self.state = state
         self.termination_cause = cause
         self.finished_at = now

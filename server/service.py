@@ -196,6 +196,12 @@ class EvaluatorService:
             counters[f"errors_{exc.code.lower()}"] += 1
             log.warning("request %s refused: %s", str(type_)[:80], exc)
             response = error_reply(exc.code, str(exc))
+        except RedisUnavailable:
+            raise
+        except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback
+            log.exception("internal error while handling %s", str(type_)[:80])
+            self.evaluation.fail_internal(f"{type(exc).__name__}: {exc} (while handling {str(type_)[:80]})", now)
+            response = error_reply("EVALUATION", "the evaluator failed; see its summary for the cause")
         if admission is not None and admission.verdict is Verdict.APPLY:
             self.gate.remember(admission, response)
         if response is not None and reply_to is not None:

@@ -192,3 +192,27 @@ def test_results_csv_never_lags_behind_the_finished_episodes(redis_url, service_
         client.env_create()
         client.submit()
         finish(outcome)
+
+
+def test_a_broken_test_file_fails_the_evaluation_cleanly(redis_url, service_id, tiny_tests, tmp_path):
+    import shutil
+
+    from arbiter.protocol.errors import EvaluationError
+
+    tests = tmp_path / "tests"
+    shutil.copytree(tiny_tests, tests)
+    (tests / "Test_0" / "Level_1.pkl").write_bytes(b"this is not a Flatland env")
+    results = str(tmp_path / "results")
+    with running_service(
+        spec(), tests=str(tests), results=results, redis_url=redis_url, service_id=service_id
+    ) as (_, outcome):
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        play_episode(client, 0)
+        with pytest.raises(EvaluationError, match="the evaluator failed"):
+            client.env_create()
+        summary = finish(outcome)
+    assert summary["state"] == "FAILED"
+    assert summary["termination_cause"].startswith("internal error:")
+    assert "ENV_CREATE" in summary["termination_cause"]
+    assert [e["env"] for e in read_episodes(results)] == ["Test_0/Level_0.pkl"]
