@@ -13,7 +13,10 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
+
+import redis
 
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
@@ -82,6 +85,7 @@ class RemoteClient:
         self.session = uuid.uuid4().hex  # binds the evaluation to this client
         self._seq = 0
         self.episode_index: int | None = None  # the evaluator's index of the running episode
+        self._step_conn: Any = None  # a connection of its own for steps (see _send_step)
         self.redis = connect(self.redis_url, socket_timeout_s=reply_timeout_s + 10.0)
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
@@ -137,9 +141,14 @@ class RemoteClient:
         if self.step_replies:
             payload[EXTENSION_KEY] = {"reply": True}
             self._request(FLATLAND_RL.ENV_STEP, payload)
+            collect = None
         else:
-            self._send_step(payload)
-        observation, rewards, done, info = self.env.step(actions)
+            collect = self._send_step(payload)
+        try:
+            observation, rewards, done, info = self.env.step(actions)
+        finally:
+            if collect is not None:
+                collect()  # raises TimeoutException if the evaluator had timed the episode out
         self._last_step_end = time.monotonic()
         return observation, rewards, done, info
 
@@ -149,6 +158,8 @@ class RemoteClient:
         return response["payload"]
 
     def close(self) -> None:
+        if self._step_conn is not None:
+            self._step_conn.disconnect()
         self.redis.close()
 
     # -- the wire ---------------------------------------------------------------------------
@@ -174,11 +185,43 @@ class RemoteClient:
         ext.update(session=self.session, seq=self._seq)
         return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
 
-    def _send_step(self, payload: dict[str, Any]) -> None:
-        # One round trip: check for a timeout and push the step together. A step pushed after a
-        # timeout is ignored by the evaluator, so pushing it anyway changes nothing; a step pushed
-        # twice (a retry after a lost connection) carries the same sequence number and is applied once.
+    def _send_step(self, payload: dict[str, Any]) -> Callable[[], None]:
+        """Send a step without waiting; returns the call that collects Redis's answers.
+
+        One round trip per step, and it overlaps the local env step: the commands (check for a
+        timeout, push the step) go out first, the answers are read after the local step. A step
+        pushed after a timeout is ignored by the evaluator, and a step pushed twice (a retry
+        after a lost connection) carries the same sequence number and is applied once.
+        """
         message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._new_channel())
+        commands = [("RPOP", self.errors_key), ("LPUSH", self.commands_key, message)]
+        try:
+            connection = self._step_connection()
+            connection.send_packed_command(connection.pack_commands(commands), check_health=False)
+        except (redis.ConnectionError, redis.TimeoutError):
+            return self._step_after_connection_loss(message)
+
+        def collect() -> None:
+            try:
+                error = connection.read_response()
+                connection.read_response()
+            except (redis.ConnectionError, redis.TimeoutError):
+                self._step_after_connection_loss(message)()
+                return
+            self._raise_pending_timeout(error)
+
+        return collect
+
+    def _step_connection(self) -> Any:
+        if self._step_conn is None:
+            self._step_conn = self.redis.connection_pool.get_connection()
+        return self._step_conn
+
+    def _step_after_connection_loss(self, message: bytes) -> Callable[[], None]:
+        """The slow, sure path: drop the connection, retry through the outage, then check."""
+        if self._step_conn is not None:
+            self._step_conn.disconnect()
+            self._step_conn = None
 
         def send() -> Any:
             pipe = self.redis.pipeline(transaction=False)
@@ -187,7 +230,7 @@ class RemoteClient:
             return pipe.execute()
 
         error, _ = self._with_reconnect(send, FLATLAND_RL.ENV_STEP, time.monotonic() + self.reply_timeout_s)
-        self._raise_pending_timeout(error)
+        return lambda: self._raise_pending_timeout(error)
 
     def _request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
         wait_s = self.reply_timeout_s if wait_s is None else wait_s
@@ -225,8 +268,6 @@ class RemoteClient:
 
     def _with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
         """Run a Redis call, retrying through connection errors (a Redis restart) until ``give_up``."""
-        import redis
-
         pause_s = 0.05
         while True:
             try:
