@@ -263,7 +263,12 @@ class RemoteClient:
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
         if response["type"] == FLATLAND_RL.ERROR:
-            raise error_from_payload(response.get("payload"))
+            error = error_from_payload(response.get("payload"))
+            if isinstance(error, TimeoutException):
+                # The evaluator also posted this timeout on the errors list (before answering):
+                # it is told now, so it must not be raised a second time by the next call.
+                self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+            raise error
         return response
 
     def _with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:

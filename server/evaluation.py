@@ -29,7 +29,6 @@ import time
 from array import array
 from collections import Counter
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, TimeoutException
@@ -122,11 +121,9 @@ class Evaluation:
         self._episode_started = 0.0
         self._planning_s: float | None = None
         self._invalid_actions = 0
-        # The next episode's env is built in the background while the current one is played,
-        # so loading and resetting it never sits between the agent's ENV_CREATE and its reply.
-        self._preparer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="prepare-episode")
-        self._prepared: tuple[int, Future] | None = None
-        self._prepare(0)
+        # The next episode's env, built ahead while the evaluator would otherwise wait (see
+        # prepare_ahead), so loading it rarely sits between an ENV_CREATE and its reply.
+        self._prepared: tuple[int, FlatlandEpisode] | None = None
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -222,7 +219,6 @@ class Evaluation:
             raise ConfigError(f"the results folder holds {len(records)} episodes; this test set has {self.total}")
         self.records = list(records)
         self.next_index = len(records)
-        self._prepare(self.next_index)
         self.used_before_s = float(records[-1].get("elapsed_s") or 0.0) if records else 0.0
         for record in reversed(records):
             if not record["timed_out"]:
@@ -276,7 +272,6 @@ class Evaluation:
         self._episode_think = array("d")
         self._planning_s = None
         self._invalid_actions = 0
-        self._prepare(self.next_index)
         # Loading the env is our time, not the participant's: planning starts when it is ready.
         ready = self.clock()
         self._episode_started = ready
@@ -328,16 +323,21 @@ class Evaluation:
             self._end_early(f"ENV_SUBMIT after {played} of {self.total} episodes", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
-    def _prepare(self, index: int) -> None:
-        if index < self.total and (self._prepared is None or self._prepared[0] != index):
-            future = self._preparer.submit(self.adapter.open, self.specs[index], self.rule.reward_model)
-            self._prepared = (index, future)
+    def preparation_pending(self) -> bool:
+        index = self.next_index
+        return not self.finished and index < self.total and (self._prepared is None or self._prepared[0] != index)
+
+    def prepare_ahead(self) -> None:
+        """Build the next episode's env now; the service loop calls this only when no deadline
+        is near and nothing is queued, so the work never delays a budget decision."""
+        if self.preparation_pending():
+            self._prepared = (self.next_index, self.adapter.open(self.specs[self.next_index], self.rule.reward_model))
 
     def _open(self, index: int) -> FlatlandEpisode:
         if self._prepared is not None and self._prepared[0] == index:
-            future = self._prepared[1]
+            episode = self._prepared[1]
             self._prepared = None
-            return future.result()
+            return episode
         return self.adapter.open(self.specs[index], self.rule.reward_model)
 
     def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
@@ -377,7 +377,7 @@ class Evaluation:
             self.finish(State.FAILED, f"internal error: {cause}", now)
 
     def finish(self, state: State, cause: str, now: float) -> None:
-        self._preparer.shutdown(wait=False, cancel_futures=True)
+        self._prepared = None
         self.state = state
         self.termination_cause = cause
         self.finished_at = now

@@ -101,7 +101,12 @@ class EvaluatorService:
         while not evaluation.finished:
             deadline = evaluation.deadline()
             try:
-                raw = self.transport.pop(deadline.at, should_stop=should_stop)
+                raw = self.transport.pop(
+                    deadline.at,
+                    should_stop=should_stop,
+                    idle_pending=evaluation.preparation_pending,
+                    idle_work=evaluation.prepare_ahead,
+                )
                 self._account_downtime()
             except RedisUnavailable as exc:
                 evaluation.interrupt(str(exc))

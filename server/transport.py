@@ -29,6 +29,9 @@ POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
 MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
 MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop request
+# Work done while waiting (preparing the next episode) runs only when the deadline is further
+# away than this: far longer than that work takes, so it never delays a budget decision.
+IDLE_WORK_MARGIN_S = 2.0
 REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of piling up
 
 
@@ -88,12 +91,25 @@ class RedisTransport:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
         self._call(lambda: self.redis.delete(*keys.evaluation_keys(self.service_id)))
 
-    def pop(self, deadline: float, should_stop: Callable[[], bool] = lambda: False) -> bytes | None:
+    def pop(
+        self,
+        deadline: float,
+        should_stop: Callable[[], bool] = lambda: False,
+        idle_pending: Callable[[], bool] = lambda: False,
+        idle_work: Callable[[], object] = lambda: None,
+    ) -> bytes | None:
         """The next command, or None once ``deadline`` (monotonic) passed, a stop was asked, or
-        an outage was ridden out (the caller moves its deadlines by the downtime and asks again)."""
+        an outage was ridden out (the caller moves its deadlines by the downtime and asks again).
+
+        While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
+        ``idle_work()`` runs first (checking the queue costs a round trip only then)."""
         outages = self.outages
         while not should_stop():
             remaining = deadline - time.monotonic()
+            if remaining > IDLE_WORK_MARGIN_S and idle_pending():
+                if not self._call(lambda: self.redis.llen(self.commands_key)):
+                    idle_work()
+                    continue
             block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
             if block_s >= MIN_BLOCK_S:
                 found = self._call(functools.partial(self.redis.brpop, [self.commands_key], timeout=round(block_s, 3)))

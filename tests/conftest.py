@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 import uuid
 from collections.abc import Iterator
 
@@ -9,6 +10,10 @@ import pytest
 import redis
 
 from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+
+# Evaluators run as threads of the test process here, next to their agents: the same short GIL
+# switch interval as the `arbiter` command keeps their deadline checks as prompt as in production.
+sys.setswitchinterval(0.001)
 
 # --- Redis: one private redis-server for the whole session -----------------------------------
 

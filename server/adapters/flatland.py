@@ -13,6 +13,8 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, rewards_for
 
@@ -56,7 +58,7 @@ def sanitize_actions(action: object, num_agents: int) -> tuple[dict[int, int], i
 
 
 def _as_int(value: object) -> int | None:
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):  # True is not action 1
         return None
     try:
         as_int = int(value)  # type: ignore[call-overload]  # ints, numpy ints, digit strings
