@@ -123,7 +123,7 @@ class Evaluation:
         self._invalid_actions = 0
         # The next episode's env, built ahead while the evaluator would otherwise wait (see
         # prepare_ahead), so loading it rarely sits between an ENV_CREATE and its reply.
-        self._prepared: tuple[int, FlatlandEpisode] | None = None
+        self._prepared: tuple[int, FlatlandEpisode | Exception] | None = None
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -331,12 +331,18 @@ class Evaluation:
         """Build the next episode's env now; the service loop calls this only when no deadline
         is near and nothing is queued, so the work never delays a budget decision."""
         if self.preparation_pending():
-            self._prepared = (self.next_index, self.adapter.open(self.specs[self.next_index], self.rule.reward_model))
+            index = self.next_index
+            try:
+                self._prepared = (index, self.adapter.open(self.specs[index], self.rule.reward_model))
+            except Exception as exc:  # raised when the episode is asked for, where it can be reported
+                self._prepared = (index, exc)
 
     def _open(self, index: int) -> FlatlandEpisode:
         if self._prepared is not None and self._prepared[0] == index:
             episode = self._prepared[1]
             self._prepared = None
+            if isinstance(episode, Exception):
+                raise episode
             return episode
         return self.adapter.open(self.specs[index], self.rule.reward_model)
 

@@ -94,47 +94,50 @@ class EvaluatorService:
 
     def run(self) -> dict[str, Any]:
         evaluation = self.evaluation
-
-        def should_stop() -> bool:
-            return self._stop.is_set() or self._agent_gone.is_set()
-
         while not evaluation.finished:
-            deadline = evaluation.deadline()
             try:
-                raw = self.transport.pop(
-                    deadline.at,
-                    should_stop=should_stop,
-                    idle_pending=evaluation.preparation_pending,
-                    idle_work=evaluation.prepare_ahead,
-                )
-                self._account_downtime()
-            except RedisUnavailable as exc:
-                evaluation.interrupt(str(exc))
-                break
-            if self._stop.is_set():
-                evaluation.interrupt(self._stop_reason)
-                break
-            if raw is None and self._agent_gone.is_set():
-                # Requests the agent sent before exiting still count; then the evaluation ends.
-                raw = self.transport.pop_nowait()
-                if raw is None:
-                    evaluation.agent_exited(self._agent_status, time.monotonic())
+                if not self._serve_once():
                     break
-            now = time.monotonic()
-            try:
-                if raw is None:
-                    deadline = evaluation.deadline()  # an outage may have moved it
-                    if now >= deadline.at:
-                        for error in evaluation.expire(deadline, now):
-                            self.transport.push_error(codec.encode(error))
-                    continue
-                self.handle(raw, now)
-                self._outages_seen = self.transport.outages
-                self._check_flood(now)
             except RedisUnavailable as exc:
                 evaluation.interrupt(str(exc))
+                break
+            except Exception as exc:  # a bug of ours: end with a summary that says so, never a traceback
+                log.exception("internal error in the service loop")
+                evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
                 break
         return evaluation.summary()
+
+    def _serve_once(self) -> bool:
+        """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
+        evaluation = self.evaluation
+        deadline = evaluation.deadline()
+        raw = self.transport.pop(
+            deadline.at,
+            should_stop=lambda: self._stop.is_set() or self._agent_gone.is_set(),
+            idle_pending=evaluation.preparation_pending,
+            idle_work=evaluation.prepare_ahead,
+        )
+        self._account_downtime()
+        if self._stop.is_set():
+            evaluation.interrupt(self._stop_reason)
+            return False
+        if raw is None and self._agent_gone.is_set():
+            # Requests the agent sent before exiting still count; then the evaluation ends.
+            raw = self.transport.pop_nowait()
+            if raw is None:
+                evaluation.agent_exited(self._agent_status, time.monotonic())
+                return False
+        now = time.monotonic()
+        if raw is None:
+            deadline = evaluation.deadline()  # an outage may have moved it
+            if now >= deadline.at:
+                for error in evaluation.expire(deadline, now):
+                    self.transport.push_error(codec.encode(error))
+            return True
+        self.handle(raw, now)
+        self._outages_seen = self.transport.outages
+        self._check_flood(now)
+        return True
 
     def _check_flood(self, now: float) -> None:
         self._handled_since_check += 1
