@@ -71,10 +71,12 @@ def preload() -> None:
     from flatland.envs import persistence, rail_env  # noqa: F401
 
 
-def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None) -> Any:
+def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None, record_steps: bool = True) -> Any:
     """A RailEnv from an env dict, exactly as ``RailEnvPersister.load_new`` builds one.
 
     ``env_dict`` is consumed (flatland rewrites its agents in place): pass a fresh one.
+    ``record_steps`` keeps flatland's per-step log (``env.cur_episode``) as ``load_new`` does;
+    it only records, so an env without it steps identically, a little faster.
     """
     from flatland.core.env_observation_builder import DummyObservationBuilder
     from flatland.envs import (
@@ -95,7 +97,7 @@ def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None)
         timetable_generator=timetable_generators.timetable_from_file(env_dict=env_dict),
         malfunction_generator=malfunction_generators.FileMalfunctionGen(env_dict=env_dict),
         obs_builder_object=obs_builder if obs_builder is not None else DummyObservationBuilder(),
-        record_steps=True,
+        record_steps=record_steps,
         rewards=rewards,
     )
     RailEnvPersister.set_full_state(env, env_dict)

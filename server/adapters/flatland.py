@@ -82,7 +82,8 @@ class FlatlandEpisode:
         env_dict = RailEnvPersister.load_env_dict(os.path.join(tests_dir, spec.env))
         # Encode before building: build_rail_env rewrites the dict's agents in place.
         self.wire_state = env_state_to_wire(env_dict)
-        self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model))
+        # flatland's per-step log is the client's business; the evaluator keeps what it needs.
+        self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model), record_steps=False)
         self.observation, self.info = self.env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=seed)
         self.num_agents = self.env.get_num_agents()
         self.max_episode_steps = int(self.env._max_episode_steps)
