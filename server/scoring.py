@@ -26,6 +26,10 @@ class ScoringRule(Protocol):
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]: ...
 
+    def primary(self, episodes: list[dict[str, Any]]) -> float:
+        """The primary figure alone: what ``aggregate`` reports as primary, without the spread
+        (its bootstrap is too slow to run after every episode of a long evaluation)."""
+
 
 def _spread(values: list[float], seed: int = 0) -> dict[str, Any]:
     """Standard deviation, and a bootstrap 95% interval of the mean once there are 10+ values."""
@@ -82,6 +86,9 @@ class NeurIPS2020:
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
         return _aggregate(episodes, statistics.fmean, "mean normalized return")
 
+    def primary(self, episodes: list[dict[str, Any]]) -> float:
+        return statistics.fmean(r["normalized_return"] for r in episodes)
+
 
 class Flatland3:
     """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
@@ -100,6 +107,9 @@ class Flatland3:
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
         return _aggregate(episodes, math.fsum, "sum of normalized rewards")
+
+    def primary(self, episodes: list[dict[str, Any]]) -> float:
+        return math.fsum(r["normalized_return"] for r in episodes)
 
 
 RULES: dict[str, type] = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}

@@ -95,3 +95,10 @@ def test_flatland3_rule():
 def test_unknown_rule_is_a_config_error():
     with pytest.raises(ConfigError, match="known: flatland3, neurips2020"):
         scoring_rule("fastest")
+
+
+@pytest.mark.parametrize("rule", [NeurIPS2020(), Flatland3()], ids=lambda r: r.name)
+def test_the_running_primary_equals_the_aggregate_primary(rule):
+    episodes = [record(f"Test_{i % 3}", -i / 37, (i % 5) / 4) for i in range(40)]
+    for count in (1, 2, 17, 40):
+        assert rule.primary(episodes[:count]) == rule.aggregate(episodes[:count])["primary"]
