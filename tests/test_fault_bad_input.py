@@ -713,10 +713,12 @@ def sleep_until(instant: float) -> None:
 
 def timeout_scenario(redis_url: str, service_id: str, tests: str, results: str) -> tuple[list[bool], dict]:
     """An agent that is sometimes on time and sometimes not; returns whether each probe timed out."""
-    budget = 0.3
+    # The planning window opens when the ENV_CREATE reply is ready, before the client has built
+    # its env; 1 s keeps that setup from ever using up the window on a loaded machine.
+    step_s, planning_s = 0.3, 1.0
     decisions: list[bool] = []
     with running_service(
-        spec(step_s=budget, planning_s=budget, max_successive_timeouts=10),
+        spec(step_s=step_s, planning_s=planning_s, max_successive_timeouts=10),
         tests=tests,
         results=results,
         redis_url=redis_url,
@@ -725,7 +727,7 @@ def timeout_scenario(redis_url: str, service_id: str, tests: str, results: str) 
         evaluation = service.evaluation
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, step_replies=True)
 
-        def probe(episode: int, step: int, factor: float) -> None:
+        def probe(episode: int, step: int, factor: float, budget: float) -> None:
             sleep_until(evaluation.wait_started + factor * budget)
             try:
                 client.env_step(seeded_actions(episode, step, 2))
@@ -734,13 +736,13 @@ def timeout_scenario(redis_url: str, service_id: str, tests: str, results: str) 
                 decisions.append(True)
 
         client.env_create()  # episode 0: slow but on time, then a step timeout
-        probe(0, 0, 0.5)
+        probe(0, 0, 0.5, planning_s)
         for step in range(1, 4):
             client.env_step(seeded_actions(0, step, 2))
-        probe(0, 4, 0.5)
-        probe(0, 5, 2.0)
+        probe(0, 4, 0.5, step_s)
+        probe(0, 5, 2.0, step_s)
         client.env_create()  # episode 1: a planning timeout
-        probe(1, 0, 2.0)
+        probe(1, 0, 2.0, planning_s)
         client.env_create()  # episode 2: played to the end at full speed
         play_episode(client, 2)
         assert client.env_create() == (False, False)
