@@ -37,6 +37,8 @@ setup(
             "pytest-timeout",
             "hypothesis",
             "ruff",
+            "pyyaml",  # tests read docker/'s compose and Kubernetes files
+            "pillow",  # tests check the report's screenshot
         ],
     },
     entry_points={"console_scripts": ["arbiter = arbiter.server.cli:main"]},

@@ -46,5 +46,15 @@ def participant_acl(service_id: str, password: str, user: str | None = None) -> 
 
 
 def acl_line(tokens: list[str]) -> str:
-    """One line for redis-cli or an ACL file; no token holds a space (ids are validated)."""
+    """One line for redis-cli; no token holds a space (ids are validated)."""
     return " ".join(tokens)
+
+
+def config_line(tokens: list[str]) -> str:
+    """The same rule as a ``user`` directive, for a redis.conf file given to redis-server at start.
+
+    A server started with it has the participant's user before any client can connect, so the
+    hosted setup needs no step that runs redis-cli against a live server.
+    """
+    assert tokens[:2] == ["ACL", "SETUSER"], tokens
+    return " ".join(["user", *tokens[2:]])

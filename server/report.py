@@ -1,0 +1,306 @@
+"""``arbiter report``: one self-contained ``report.html`` from a results folder.
+
+The page is read where the results are, often with no network (a cluster's volume, an archived
+folder), so it carries everything itself: the stylesheet inline, the charts as inline SVG
+(svg.py), no script, and a Content-Security-Policy that forbids loading anything at all. Every
+string taken from the results is escaped: some of them (the client's version, termination causes
+that quote a request) come from the participant's side.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from html import escape
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+
+from .report_charts import (
+    budget_charts,
+    episode_charts,
+    fmt_duration,
+    fmt_score,
+    fmt_share,
+    number,
+    section,
+    status_text,
+    think,
+)
+from .report_style import STYLESHEET
+
+REPORT_NAME = "report.html"
+BUDGET_ROWS = [
+    ("planning_s", "Planning", "per episode, from the env_create reply to the first step"),
+    ("step_s", "Step", "between consecutive steps of an episode"),
+    ("overall_s", "Overall", "the whole evaluation, from the agent's first request"),
+    ("idle_s", "Idle", "waiting for a client, for the next episode or for submit"),
+]
+
+
+# --- reading the results folder ---------------------------------------------------------------
+
+
+def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """``summary.json`` and the records of ``episodes.jsonl``; ConfigError when they are not there."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ConfigError(f"{folder} is not a results folder (no such directory)")
+    summary_path, episodes_path = folder / "summary.json", folder / "episodes.jsonl"
+    if not summary_path.is_file():
+        if episodes_path.is_file():
+            raise ConfigError(
+                f"{folder} has episodes.jsonl but no summary.json: its evaluation has not ended, or its "
+                "evaluator was killed (`arbiter serve --resume --results DIR` finishes it)"
+            )
+        raise ConfigError(f"{folder} is not a results folder: it holds neither summary.json nor episodes.jsonl")
+    try:
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    except ValueError as error:
+        raise ConfigError(f"{summary_path} is not valid JSON: {error}") from None
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{summary_path} does not hold a JSON object")
+    episodes: list[dict[str, Any]] = []
+    if episodes_path.is_file():
+        for line_number, line in enumerate(episodes_path.read_text(encoding="utf-8").splitlines(), start=1):
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                raise ConfigError(f"{episodes_path}, line {line_number}: not valid JSON: {error}") from None
+            if not isinstance(record, dict):
+                raise ConfigError(f"{episodes_path}, line {line_number}: not a JSON object")
+            episodes.append(record)
+    elif number((summary.get("episodes") or {}).get("recorded")):
+        raise ConfigError(f"{folder} has no episodes.jsonl, but its summary.json lists recorded episodes")
+    return summary, episodes
+
+
+def _table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
+    """A table whose cells are escaped here; ``rows`` hold plain text."""
+    cells = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    head = f"<thead><tr>{cells}</tr></thead>" if any(headers) else ""
+    body = "".join("<tr>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>" for row in rows)
+    return f'<table class="{css}">{head}<tbody>{body}</tbody></table>'
+
+
+# --- the headline ------------------------------------------------------------------------------
+
+
+def _spread_text(spread: Any) -> str:
+    if not isinstance(spread, dict):
+        return ""
+    parts = []
+    if number(spread.get("std")) is not None:
+        parts.append(f"std {fmt_score(spread['std'])}")
+    if number(spread.get("n")) is not None:
+        parts.append(f"n = {int(spread['n'])}")
+    interval = spread.get("ci95")
+    if isinstance(interval, list) and len(interval) == 2:
+        parts.append(f"95% CI [{fmt_score(interval[0])}, {fmt_score(interval[1])}]")
+    return " · ".join(parts)
+
+
+def _headline(summary: dict[str, Any], source: str) -> str:
+    state = str(summary.get("state", "UNKNOWN"))
+    score = summary.get("score") or {}
+    spread = score.get("spread") or {}
+    debug = '<span class="badge debug">debug run</span>' if summary.get("debug") else ""
+    facts = " · ".join(
+        escape(str(value))
+        for value in (summary.get("competition"), summary.get("scoring"), summary.get("service_id"))
+        if value not in (None, "")
+    )
+    if number(score.get("primary")) is None:
+        scores = (
+            '<div class="score none"><div class="value">No score</div>'
+            f'<div class="label">{escape(_no_score_reason(state))}</div></div>'
+        )
+    else:
+        scores = "".join(
+            f'<div class="score {css}"><div class="value">{fmt_score(score.get(key))}</div>'
+            f'<div class="label">{escape(str(score.get(key + "_name") or key))}</div>'
+            f'<div class="spread">{escape(_spread_text(spread.get(key)))}</div></div>'
+            for key, css in (("primary", "primary"), ("secondary", "secondary"))
+        )
+    return (
+        f'<header><p class="eyebrow">arbiter evaluation report · {facts}</p>'
+        f'<div class="state-line"><span class="badge state {escape(state.lower())}">{escape(state)}</span>{debug}'
+        f'<span class="source">{escape(source)}</span></div>'
+        f'<div class="scores">{scores}</div>'
+        f'<p class="cause"><b>Termination:</b> {escape(str(summary.get("termination_cause") or "–"))}</p></header>'
+    )
+
+
+def _no_score_reason(state: str) -> str:
+    if state == "FAILED":
+        return "the evaluation failed: a failed evaluation is not scored"
+    if state == "INTERRUPTED":
+        return "the evaluation was interrupted before it ended (arbiter serve --resume continues it)"
+    return "this evaluation has no score"
+
+
+def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+    counts = summary.get("episodes") or {}
+    timing = summary.get("timing") or {}
+    budgets = summary.get("budgets") or {}
+    cells = [
+        ("recorded", f"{len(episodes)} of {counts.get('total', '–')}"),
+        ("finished", str(counts.get("finished", "–"))),
+        ("timed out", str(counts.get("timed_out", "–"))),
+        ("abandoned", str(counts.get("abandoned", "–"))),
+        ("not played", str(counts.get("skipped", "–"))),
+        ("time used", f"{fmt_duration(timing.get('evaluation_s'))} of {fmt_duration(budgets.get('overall_s'))}"),
+    ]
+    items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in cells)
+    return f'<dl class="counts">{items}</dl>'
+
+
+# --- tables ------------------------------------------------------------------------------------
+
+
+def _per_test(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+    score = summary.get("score") or {}
+    per_test = score.get("per_test")
+    counts: dict[str, int] = {}
+    for record in episodes:
+        counts[str(record.get("test"))] = counts.get(str(record.get("test")), 0) + 1
+    if isinstance(per_test, dict) and isinstance(per_test.get("primary"), dict):
+        secondary = per_test.get("secondary") or {}
+        headers = ["Test", "episodes", str(score.get("primary_name")), str(score.get("secondary_name"))]
+        rows = [
+            [str(test), str(counts.get(str(test), "–")), fmt_score(value), fmt_score(secondary.get(test))]
+            for test, value in per_test["primary"].items()
+        ]
+        return section("Per Test", _table(headers, rows, "numeric"))
+    if not episodes:
+        return ""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for record in episodes:
+        groups.setdefault(str(record.get("test")), []).append(record)
+    rows = [
+        [
+            test,
+            str(len(records)),
+            fmt_score(_mean(records, "normalized_return")),
+            fmt_share(_mean(records, "arrived_fraction")),
+        ]
+        for test, records in groups.items()
+    ]
+    headers = ["Test", "episodes", "mean normalized return", "mean fraction arrived"]
+    note = "This evaluation has no score; these are means over its recorded episodes only."
+    return section("Per Test", _table(headers, rows, "numeric"), note)
+
+
+def _mean(records: list[dict[str, Any]], key: str) -> float | None:
+    values = [v for v in (number(r.get(key)) for r in records) if v is not None]
+    return statistics.fmean(values) if values else None
+
+
+def _episodes_table(episodes: list[dict[str, Any]]) -> str:
+    if not episodes:
+        return section("Episodes", '<p class="empty">No episode was recorded.</p>')
+    headers = ["#", "env", "agents", "steps", "normalized return", "arrived", "status", "planning"]
+    headers += ["think mean", "think p99", "think max", "wall", "invalid actions", "malfunctions"]
+    rows = []
+    for record in episodes:
+        agents = record.get("num_agents")
+        rows.append(
+            [
+                str(record.get("index", "")),
+                str(record.get("env", "")),
+                "–" if agents is None else str(agents),
+                f"{record.get('steps', '–')} / {record.get('max_episode_steps') or '–'}",
+                fmt_score(record.get("normalized_return")),
+                "–"
+                if agents is None
+                else f"{record.get('arrived', '–')} ({fmt_share(record.get('arrived_fraction'))})",
+                status_text(record),
+                fmt_duration(record.get("planning_s")),
+                fmt_duration(think(record, "mean")),
+                fmt_duration(think(record, "p99")),
+                fmt_duration(think(record, "max")),
+                fmt_duration(record.get("wall_s")),
+                str(record.get("invalid_actions", "–")),
+                str(record.get("malfunctions", "–")),
+            ]
+        )
+    return section("Episodes", f'<div class="scroll">{_table(headers, rows, "numeric episodes")}</div>')
+
+
+def _details(summary: dict[str, Any]) -> str:
+    budgets = summary.get("budgets") or {}
+    rows = [[label, fmt_duration(budgets.get(key)), meaning] for key, label, meaning in BUDGET_ROWS]
+    rows.append(
+        ["Successive timeouts", str(budgets.get("max_successive_timeouts", "–")), "in a row end the evaluation"]
+    )
+    budget_table = _table(["budget", "limit", "measured"], rows, "budgets")
+    timing = summary.get("timing") or {}
+    timing_rows = []
+    for key, label in (("step_think_s", "agent time per step"), ("server_step_s", "evaluator time per step")):
+        stats = timing.get(key) if isinstance(timing.get(key), dict) else {}
+        timing_rows.append(
+            [label, str(stats.get("n", "–"))] + [fmt_duration(stats.get(k)) for k in ("min", "mean", "p99", "max")]
+        )
+    timing_table = _table(["all steps", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
+    counters = summary.get("counters") or {}
+    counter_rows = [[str(name), str(value)] for name, value in sorted(counters.items())] or [["none", ""]]
+    versions = summary.get("versions") or {}
+    run_rows = [
+        [label, str(summary.get(key))]
+        for key, label in (
+            ("started_at", "started"),
+            ("seed", "seed"),
+            ("tests", "test set"),
+            ("client_version", "client"),
+        )
+        if summary.get(key) not in (None, "")
+    ]
+    run_rows += [[str(name), str(value)] for name, value in versions.items()]
+    return (
+        section("Budgets", budget_table)
+        + section("Step timing", timing_table)
+        + '<section class="columns">'
+        + f"<div><h2>Counters</h2>{_table(['counter', 'count'], counter_rows)}</div>"
+        + f"<div><h2>Run</h2>{_table(['', ''], run_rows)}</div></section>"
+    )
+
+
+# --- the page ----------------------------------------------------------------------------------
+
+
+def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, source: str = "") -> str:
+    """The whole page as text."""
+    try:
+        arbiter_version = version("arbiter")
+    except PackageNotFoundError:
+        arbiter_version = "unknown"
+    state = str(summary.get("state", "UNKNOWN"))
+    body = (
+        _headline(summary, source)
+        + _counts(summary, episodes)
+        + _per_test(summary, episodes)
+        + section("Per episode", episode_charts(episodes, summary))
+        + budget_charts(episodes, summary)
+        + _episodes_table(episodes)
+        + _details(summary)
+        + f"<footer>Written by arbiter {escape(arbiter_version)} from {escape(source)}</footer>"
+    )
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        # Nothing may be fetched or run, whatever ends up in the page.
+        "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; style-src 'unsafe-inline'\">"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>arbiter report: {escape(state)}</title><style>{STYLESHEET}</style></head>"
+        f"<body><main>{body}</main></body></html>\n"
+    )
+
+
+def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path:
+    """Read ``results_dir`` and write the report (default ``results_dir/report.html``); returns its path."""
+    summary, episodes = load_results(results_dir)
+    target = Path(out) if out is not None else Path(results_dir) / REPORT_NAME
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(render_report(summary, episodes, source=str(results_dir)), encoding="utf-8")
+    return target
