@@ -27,9 +27,15 @@ from arbiter.protocol.errors import (
     TimeoutException,
     error_from_payload,
 )
-from arbiter.protocol.flatland_env import build_rail_env, env_state_from_wire, preload, rewards_for
+from arbiter.protocol.flatland_env import (
+    build_rail_env,
+    env_state_from_wire,
+    preload,
+    release_flatland_caches,
+    rewards_for,
+)
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
-from arbiter.protocol.redis_conn import connect
+from arbiter.protocol.redis_conn import connect, redacted
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +114,10 @@ class RemoteClient:
 
     def env_create(self, obs_builder_object: Any = None) -> tuple[Any, Any]:
         """Start the next episode: ``(observation, info)``, or ``(False, False)`` when none is left."""
+        # Before asking, so it costs none of the planning budget: flatland's caches would keep
+        # every earlier episode's env alive for the whole evaluation.
+        self.env = None
+        release_flatland_caches()
         response = self._request(FLATLAND_RL.ENV_CREATE, {})
         payload = response["payload"]
         if not payload.get("observation"):
@@ -255,7 +265,7 @@ class RemoteClient:
             if time.monotonic() >= give_up:
                 raise ServerUnavailable(
                     f"no reply to {type_} from the evaluator within {wait_s:g} s "
-                    f"(Redis {self.redis_url}, service id {self.service_id!r}): is the evaluator running?"
+                    f"(Redis {redacted(self.redis_url)}, service id {self.service_id!r}): is the evaluator running?"
                 )
             if resend:
                 self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
@@ -279,7 +289,9 @@ class RemoteClient:
                 return call()
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if time.monotonic() + pause_s >= give_up:
-                    raise ServerUnavailable(f"cannot reach Redis at {self.redis_url} for {type_}: {exc}") from exc
+                    raise ServerUnavailable(
+                        f"cannot reach Redis at {redacted(self.redis_url)} for {type_}: {exc}"
+                    ) from exc
                 log.warning("Redis unreachable (%s); retrying", exc)
                 time.sleep(pause_s)
                 pause_s = min(pause_s * 2, 1.0)

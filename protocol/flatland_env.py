@@ -71,6 +71,27 @@ def preload() -> None:
     from flatland.envs import persistence, rail_env  # noqa: F401
 
 
+def release_flatland_caches() -> None:
+    """Let finished episodes' envs go.
+
+    flatland-rl 4.3 memoises methods of ``RailEnv`` and of the transition maps with class-level
+    ``lru_cache``s whose keys hold ``self``: every env ever built (~9 MiB each, mostly its
+    malfunction generator's random buffer) and every rail grid stay referenced, so a process
+    that plays episode after episode grows without bound. The caches only memoise results (the
+    grid ones are keyed on a uuid that changes with the grid), so clearing them changes no
+    trajectory; it costs well under a millisecond.
+    """
+    from flatland.core.transition_map import GridTransitionMap
+    from flatland.envs.rail_env import AbstractRailEnv
+    from flatland.envs.rail_grid_transition_map import RailGridTransitionMap
+
+    for cls in (AbstractRailEnv, GridTransitionMap, RailGridTransitionMap):
+        for attribute in vars(cls).values():
+            clear = getattr(attribute, "cache_clear", None)
+            if clear is not None:
+                clear()
+
+
 def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None, record_steps: bool = True) -> Any:
     """A RailEnv from an env dict, exactly as ``RailEnvPersister.load_new`` builds one.
 

@@ -6,6 +6,8 @@ retried BLPOP can wait many times its timeout, so every retry here is the caller
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit, urlunsplit
+
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
@@ -20,3 +22,13 @@ def connect(redis_url: str, socket_timeout_s: float) -> redis.Redis:
         retry_on_timeout=False,
         health_check_interval=0,
     )
+
+
+def redacted(redis_url: str) -> str:
+    """The URL as it may be shown in logs and messages: any password replaced by ``***``."""
+    parts = urlsplit(redis_url)
+    if parts.password is None:
+        return redis_url
+    user = parts.username or ""
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))

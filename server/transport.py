@@ -20,7 +20,7 @@ import redis
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError
-from arbiter.protocol.redis_conn import connect
+from arbiter.protocol.redis_conn import connect, redacted
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class RedisTransport:
         while True:
             if time.monotonic() - started > self.outage_limit_s:
                 raise RedisUnavailable(
-                    f"Redis at {self.redis_url} unreachable for more than {self.outage_limit_s:g} s: {exc}"
+                    f"Redis at {redacted(self.redis_url)} unreachable for more than {self.outage_limit_s:g} s: {exc}"
                 ) from exc
             time.sleep(pause_s)
             pause_s = min(pause_s * 2, 1.0)

@@ -9,6 +9,7 @@ arbiter's client as allowlisted plain data (protocol.flatland_env).
 from __future__ import annotations
 
 import csv
+import gc
 import os
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, rewards_for
+from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, release_flatland_caches, rewards_for
 
 from ..testsets import list_env_paths
 
@@ -151,4 +152,9 @@ class FlatlandTestFolder:
         return columns, rows
 
     def open(self, spec: EpisodeSpec, reward_model: str) -> FlatlandEpisode:
+        # Earlier episodes' envs are garbage once flatland's caches let go of them; each sits in
+        # a reference cycle (env <-> observation builder), so collect now rather than at some
+        # later full pass: the evaluator's memory stays flat over thousands of episodes.
+        release_flatland_caches()
+        gc.collect()
         return FlatlandEpisode(self.tests_dir, spec, self.seed, reward_model)
