@@ -33,6 +33,12 @@ def errors_key(service_id: str) -> str:
     return f"{NAMESPACE}::{service_id}::errors"
 
 
+def events_key(service_id: str) -> str:
+    """The evaluator XADDs progress events here (a capped stream); ``arbiter watch`` XREADs it.
+    Not part of flatland's layout; a participant's ACL (server/acl.py) does not reach it."""
+    return f"{NAMESPACE}::{service_id}::events"
+
+
 def response_prefix(service_id: str) -> str:
     return f"{NAMESPACE}::{service_id}::response::"
 
@@ -52,4 +58,4 @@ def is_valid_response_channel(channel: object, service_id: str) -> bool:
 
 def evaluation_keys(service_id: str) -> list[str]:
     """Keys that belong to one evaluation's state, cleared when a fresh evaluation starts."""
-    return [commands_key(service_id), errors_key(service_id)]
+    return [commands_key(service_id), errors_key(service_id), events_key(service_id)]

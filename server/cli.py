@@ -1,4 +1,4 @@
-"""The command line: ``arbiter run``, ``arbiter serve``, ``arbiter generate``.
+"""The command line: ``arbiter run``, ``serve``, ``generate``, ``watch``, ``report``, ``replay``, ``acl``.
 
 Environment variables that flatland users already set are read here, at the edge, and only
 here; everything inward gets explicit settings. Precedence: flag > environment > competition.
@@ -49,6 +49,17 @@ def _positive(kind: type) -> callable:
     return parse
 
 
+def _count(text: str) -> int:
+    """A whole number >= 0 (``--record 0`` turns off recording a competition file asks for)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def _shared_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tests", metavar="DIR", help="Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv)")
     parser.add_argument("--redis-url", help="Redis to use (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
@@ -63,6 +74,9 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scoring", choices=["neurips2020", "flatland3"], help="override the scoring rule")
     parser.add_argument("--debug", action="store_true", help="debug run: first 28 episodes, 48 minutes overall")
     parser.add_argument("--seed", type=int, help="evaluation seed every env is reset with (default 1001)")
+    parser.add_argument(
+        "--record", type=_count, metavar="N", help="keep the actions of the first N episodes for `arbiter replay`"
+    )
     parser.add_argument("--planning-timeout", type=_positive(float), metavar="S", help="planning budget per episode")
     parser.add_argument("--step-timeout", type=_positive(float), metavar="S", help="budget per step")
     parser.add_argument("--overall-timeout", type=_positive(float), metavar="S", help="budget for the whole evaluation")
@@ -81,6 +95,28 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
+
+
+def _watch_and_replay_parsers(commands: argparse._SubParsersAction) -> None:
+    watch = commands.add_parser("watch", help="follow an evaluation's progress from another terminal")
+    watch.add_argument("--service-id", help="the evaluation to follow (default: $AICROWD_SUBMISSION_ID)")
+    watch.add_argument("--redis-url", help="its Redis (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
+    start = watch.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-start", dest="from_start", action="store_true", default=True, help="show the history first (default)"
+    )
+    start.add_argument("--new-only", dest="from_start", action="store_false", help="show only events from now on")
+    watch.add_argument(
+        "--timeout", type=_positive(float), default=3600.0, metavar="S", help="give up after S s with no event (3600)"
+    )
+    replay = commands.add_parser("replay", help="render a recorded episode as an animated GIF, and check it")
+    replay.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
+    replay.add_argument("episode", type=int, metavar="EPISODE", help="episode index, as in episodes.jsonl")
+    replay.add_argument("--out", required=True, metavar="FILE.gif", help="the GIF to write")
+    replay.add_argument("--tests", metavar="DIR", help="the evaluation's test folder (default: from summary.json)")
+    replay.add_argument("--renderer", default="PILSVG", choices=["PILSVG", "PIL"], help="PIL is plainer and faster")
+    replay.add_argument("--fps", type=_positive(float), default=8.0, help="frames per second (default 8)")
+    replay.add_argument("--every", type=_positive(int), metavar="K", help="draw every K-th step (default: 500 frames)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -106,10 +142,20 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS))
     generate.add_argument("--seed", type=int, default=DEBUG_TEST_SEED)
     generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR")
+    _watch_and_replay_parsers(commands)
     acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
     acl.add_argument("--service-id", required=True)
     acl.add_argument("--password", required=True, help="the participant's Redis password (printed only hashed)")
     acl.add_argument("--user", help="ACL user name (default participant-<service id>; 'default' for legacy clients)")
+    acl.add_argument(
+        "--format",
+        choices=["command", "config"],
+        default="command",
+        help="command: an ACL SETUSER line for redis-cli (default); config: a `user` line for a redis.conf file",
+    )
+    report = commands.add_parser("report", help="write a self-contained report.html from a results folder")
+    report.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
+    report.add_argument("--out", metavar="FILE", help="the HTML file to write (default RESULTS_DIR/report.html)")
     return parser
 
 
@@ -146,6 +192,8 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
     if args.seed is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed})
+    if args.record is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
     return spec
 
 
@@ -232,9 +280,54 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_acl(args: argparse.Namespace) -> int:
-    from .acl import acl_line, participant_acl
+    from .acl import acl_line, config_line, participant_acl
 
-    print(acl_line(participant_acl(args.service_id, args.password, args.user)))
+    tokens = participant_acl(args.service_id, args.password, args.user)
+    print(config_line(tokens) if args.format == "config" else acl_line(tokens))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .report import write_report
+
+    print(f"wrote {write_report(args.results, args.out)}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from .watch import follow
+
+    state = follow(
+        resolve_redis_url(args, embedded_ok=False),
+        resolve_service_id(args),
+        timeout_s=args.timeout,
+        from_start=args.from_start,
+        out=sys.stdout,
+    )
+    return EXIT_CODES.get(state, 1)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import replay_to_gif
+
+    outcome = replay_to_gif(
+        args.results,
+        args.episode,
+        out=args.out,
+        tests=args.tests,
+        renderer=args.renderer,
+        fps=args.fps,
+        every=args.every,
+        progress=sys.stderr,
+    )
+    print(f"rendered {outcome.frames} frames of episode {outcome.index} ({outcome.env}) into {args.out}")
+    if not outcome.matches:
+        print(f"the replay does NOT match the recorded episode: {'; '.join(outcome.mismatches)}", file=sys.stderr)
+        return 1
+    print(
+        f"the replay matches the recorded episode: {outcome.steps} steps, "
+        f"{outcome.arrived}/{outcome.num_agents} arrived, reward {outcome.reward:g}"
+    )
     return 0
 
 
@@ -252,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
+    handlers.update({"watch": cmd_watch, "replay": cmd_replay})
+    handlers["report"] = cmd_report
     try:
         return handlers[args.command](args)
     except (ArbiterError, FileExistsError, ValueError) as exc:

@@ -35,6 +35,7 @@ class CompetitionSpec:
     seed: int | None = 1001
     debug: bool = False
     max_episodes: int | None = None
+    record_episodes: int = 0  # keep the actions of the first N episodes for `arbiter replay`
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
 
     def __post_init__(self) -> None:
@@ -44,6 +45,9 @@ class CompetitionSpec:
             raise ConfigError(f"{self.name}: unknown scoring rule {self.scoring!r}; known: {', '.join(RULES)}")
         if self.max_episodes is not None and (not isinstance(self.max_episodes, int) or self.max_episodes < 1):
             raise ConfigError(f"{self.name}: max_episodes must be a whole number >= 1")
+        record = self.record_episodes
+        if isinstance(record, bool) or not isinstance(record, int) or record < 0:
+            raise ConfigError(f"{self.name}: record_episodes must be a whole number >= 0")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ConfigError(f"{self.name}: seed must be a whole number")
 

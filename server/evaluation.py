@@ -87,6 +87,7 @@ class Evaluation:
         debug: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
+        on_finish: Callable[[Evaluation], None] | None = None,
     ):
         self.adapter = adapter
         self.specs = adapter.episodes
@@ -98,6 +99,7 @@ class Evaluation:
         self.debug = debug
         self.clock = clock
         self.on_episode = on_episode
+        self.on_finish = on_finish
 
         self.state = State.RUNNING
         self.termination_cause = ""
@@ -389,6 +391,8 @@ class Evaluation:
         self.finished_at = now
         self.current = None
         log.info("evaluation %s: %s", state.value, cause)
+        if self.on_finish is not None:
+            self.on_finish(self)  # before the summary is written, so what the hook counts is in it
         self.store.write_summary(self.summary())
 
     def _fail_overall(self, now: float) -> None:
@@ -508,7 +512,9 @@ class Evaluation:
     def running_score(self) -> float | None:
         if not self.records:
             return None
-        return self.rule.aggregate(self.records)["primary"]
+        # Asked after every episode (progress line, events), between a step and the next reply:
+        # the primary alone, never the full aggregate with its bootstrap.
+        return self.rule.primary(self.records)
 
     def submit_payload(self) -> dict[str, Any]:
         """Flatland's four submit figures (for legacy clients), plus arbiter's full scores."""

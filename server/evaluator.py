@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import redacted
 
 from .adapters import ADAPTERS
 from .competition import CompetitionSpec
 from .evaluation import Evaluation
+from .events import EventLog, chain
 from .progress import Progress
+from .recording import RecordingAdapter
 from .results import ResultsStore
 from .scoring import scoring_rule
 from .service import EvaluatorService
@@ -30,7 +34,11 @@ def build_service(
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
-    last finished episode, and the Redis lists are kept: a client may be waiting on them."""
+    last finished episode, and the Redis lists are kept: a client may be waiting on them.
+
+    Around the evaluation: the recorder (``spec.record_episodes``) wraps the adapter, and the
+    event log hears of every finished episode and of the end; both see an episode after it is
+    in ``episodes.jsonl``, the replay before the event that announces it."""
     keys.validate_service_id(service_id)
     adapter = ADAPTERS[spec.adapter](tests, seed=spec.seed, max_episodes=spec.max_episodes)
     store = ResultsStore(results_dir, adapter.metadata_columns, adapter.metadata)
@@ -43,21 +51,32 @@ def build_service(
     records = store.load_for_resume() if resume else []
     if not resume:
         store.start_fresh()
-    evaluation = Evaluation(
-        adapter,
-        scoring_rule(spec.scoring),
-        spec.budgets,
-        store,
-        competition=spec.name,
-        service_id=service_id,
-        debug=spec.debug,
-        on_episode=on_episode,
+    # Without recording the adapter is used as it is: not even a wrapper on the step path.
+    recorder = (
+        RecordingAdapter(adapter, store=store, record_episodes=spec.record_episodes) if spec.record_episodes else None
     )
-    if records:
-        evaluation.restore(records)
-    transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
-    if not resume:
-        transport.clear()
+    events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
+    try:
+        evaluation = Evaluation(
+            recorder or adapter,
+            scoring_rule(spec.scoring),
+            spec.budgets,
+            store,
+            competition=spec.name,
+            service_id=service_id,
+            debug=spec.debug,
+            on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
+            on_finish=events.finished,
+        )
+        if records:
+            evaluation.restore(records)
+        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
+        if not resume:
+            transport.clear()  # the events stream too: a watcher sees this evaluation only
+    except BaseException:
+        events.close()
+        raise
+    events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
     return EvaluatorService(evaluation, transport)
 
 
@@ -84,13 +103,17 @@ def start_service(
         redis_outage_s=redis_outage_s,
     )
     service.install_signal_handlers()
+    # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the
+    # process: moved out of the collector's sight, the full collection after each episode
+    # (adapters.flatland) scans only what episodes allocate, well under a millisecond.
+    gc.freeze()
     progress.started(
         service_id=service_id,
         tests=tests,
         episodes=service.evaluation.total,
         competition=spec.name,
         debug=spec.debug,
-        redis=redis_url,
+        redis=redacted(redis_url),
     )
     return service
 

@@ -4,7 +4,9 @@
   source of truth);
 - ``results.csv``: the test set's metadata columns plus flatland's result columns, one row per
   finished episode, rewritten atomically (temp file + rename) after each episode;
-- ``summary.json``: the evaluation's state and scores, rewritten atomically.
+- ``summary.json``: the evaluation's state and scores, rewritten atomically;
+- ``events.jsonl``: the progress events (server/events.py), informational only;
+- ``replays/episode-<index>.json``: the actions of recorded episodes (server/recording.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import csv
 import io
 import json
 import os
+import shutil
 from typing import Any
 
 # flatland-rl's result columns, in its order, so tools reading its CSV read ours.
@@ -29,6 +32,12 @@ FLATLAND_RESULT_COLUMNS = [
     "controller_inference_time_max",
 ]
 EXTRA_COLUMNS = ["timed_out", "timeout", "debug"]
+REPLAYS_DIR = "replays"
+
+
+def replay_file(directory: str, index: int) -> str:
+    """Where the actions of recorded episode ``index`` are kept in a results folder."""
+    return os.path.join(directory, REPLAYS_DIR, f"episode-{index}.json")
 
 
 def _atomic_write(path: str, text: str) -> None:
@@ -47,15 +56,18 @@ class ResultsStore:
         self.episodes_path = os.path.join(directory, "episodes.jsonl")
         self.csv_path = os.path.join(directory, "results.csv")
         self.summary_path = os.path.join(directory, "summary.json")
+        self.events_path = os.path.join(directory, "events.jsonl")
+        self.replays_dir = os.path.join(directory, REPLAYS_DIR)
         self.metadata_columns = metadata_columns
         self.metadata = metadata
         self._csv_rows: list[dict[str, Any]] = []
 
     def start_fresh(self) -> None:
         """A new evaluation: earlier results in this folder would mix with ours."""
-        for path in (self.episodes_path, self.csv_path, self.summary_path):
+        for path in (self.episodes_path, self.csv_path, self.summary_path, self.events_path):
             if os.path.exists(path):
                 os.remove(path)
+        shutil.rmtree(self.replays_dir, ignore_errors=True)
         self._csv_rows = []
 
     def load_for_resume(self) -> list[dict[str, Any]]:
@@ -135,6 +147,13 @@ class ResultsStore:
         writer.writeheader()
         writer.writerows(self._csv_rows)
         _atomic_write(self.csv_path, out.getvalue())
+
+    def write_replay(self, index: int, replay: dict[str, Any]) -> None:
+        """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation."""
+        os.makedirs(self.replays_dir, exist_ok=True)
+        _atomic_write(
+            replay_file(self.directory, index), json.dumps(replay, separators=(",", ":"), allow_nan=False) + "\n"
+        )
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         _atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")

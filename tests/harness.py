@@ -83,6 +83,15 @@ def read_episodes(results: str, missing_ok: bool = False) -> list[dict[str, Any]
         return [json.loads(line) for line in handle]
 
 
+def read_events(results: str) -> list[dict[str, Any]]:
+    """The progress events of events.jsonl (none before the file exists)."""
+    path = os.path.join(results, "events.jsonl")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
 def read_summary(results: str) -> dict[str, Any]:
     with open(os.path.join(results, "summary.json"), encoding="utf-8") as handle:
         return json.load(handle)
@@ -105,3 +114,20 @@ def play_episode(client: Any, episode: int, record: list | None = None) -> dict:
         step += 1
         if done["__all__"]:
             return done
+
+
+def time_out_episode(client: Any, redis_conn: Any, *, episode: int, steps: int) -> None:
+    """Play ``steps`` steps of the current episode, then stop until the evaluator times it out:
+    awaited on the errors list, where the client learns it on its next step."""
+    from arbiter.client import TimeoutException
+    from arbiter.protocol import keys
+
+    for step in range(steps):
+        client.env_step(seeded_actions(episode, step, client.env.get_num_agents()))
+    errors = keys.errors_key(client.service_id)
+    wait_for(lambda: redis_conn.llen(errors) > 0, what=f"the timeout of episode {episode}")
+    try:
+        client.env_step(seeded_actions(episode, steps, client.env.get_num_agents()))
+    except TimeoutException:
+        return
+    raise AssertionError("the step after the timeout did not raise TimeoutException")

@@ -31,7 +31,12 @@ def test_key_names_are_flatland_rl_s():
     assert keys.errors_key(SID) == "flatland-rl::T12345::errors"
     assert keys.response_prefix(SID) == "flatland-rl::T12345::response::"
     assert keys.response_key(SID, TOKEN) == f"flatland-rl::T12345::response::{TOKEN}"
-    assert keys.evaluation_keys(SID) == ["flatland-rl::T12345::commands", "flatland-rl::T12345::errors"]
+    assert keys.events_key(SID) == "flatland-rl::T12345::events"
+    assert keys.evaluation_keys(SID) == [
+        "flatland-rl::T12345::commands",
+        "flatland-rl::T12345::errors",
+        "flatland-rl::T12345::events",
+    ]
 
 
 @pytest.mark.parametrize("service_id", [SID, "abc-1.2_x"])
@@ -231,3 +236,27 @@ def test_unknown_code_does_not_pick_a_subclass_by_accident():
     for code in ("timeout", "Timeout", " TIMEOUT", "TIMEOUT ", "ERROR2"):
         assert type(error_from_payload({"code": code, "message": "m"})) is ArbiterError
     assert type(error_from_payload({"code": "TIMEOUT", "message": "m"})) is TimeoutException
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://127.0.0.1:6379/0", "redis://127.0.0.1:6379/0"),
+        ("redis://:s3cret@redis:6379/0", "redis://:***@redis:6379/0"),
+        ("redis://participant-T1:s3cret@redis:6379/0", "redis://participant-T1:***@redis:6379/0"),
+        ("rediss://u:p%40ss@[::1]:6380", "rediss://u:***@[::1]:6380"),
+    ],
+)
+def test_redis_urls_are_shown_without_their_password(url, shown):
+    from arbiter.protocol.redis_conn import redacted
+
+    assert redacted(url) == shown
+
+
+def test_a_dead_evaluator_error_does_not_show_the_password(redis_server, service_id):
+    from arbiter.client import RemoteClient
+
+    url = redis_server.url.replace("redis://", "redis://:wrong-s3cret@")
+    with pytest.raises(errors.ArbiterError) as raised:
+        RemoteClient(redis_url=url, service_id=service_id, reply_timeout_s=0.3)
+    assert "wrong-s3cret" not in str(raised.value)

@@ -1,0 +1,259 @@
+"""Live progress events: one evaluation's story as it happens, for ``arbiter watch`` and tools.
+
+Each event is a JSON object, written two ways:
+
+- appended to ``events.jsonl`` in the results folder (append + flush, in the evaluator's
+  thread, so the file is complete and in order whatever Redis does);
+- XADDed to the evaluation's stream (``keys.events_key``) by a background thread, so a slow or
+  broken Redis never stalls a budget decision. The stream is capped (approximate MAXLEN) and
+  expires a while after the evaluation ends.
+
+Events are per episode and per evaluation only, never per step. They are informational:
+``episodes.jsonl`` stays the source of truth. A failure to publish or write is logged and
+counted (``summary.json`` → ``counters``), never raised.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import json
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.protocol import keys
+from arbiter.protocol.redis_conn import connect
+
+log = logging.getLogger(__name__)
+
+# Per-episode events: 10,000 entries hold the whole history of any realistic evaluation, and
+# cap a runaway one. Approximate trimming (MAXLEN ~) is what keeps XADD O(1).
+EVENTS_MAXLEN = 10_000
+EVENTS_TTL_S = 24 * 3600  # late watchers see a finished evaluation's history for a day
+EVENTS_SOCKET_TIMEOUT_S = 2.0  # one XADD to a hung Redis gives up after this
+EVENTS_QUEUE_LIMIT = 1000  # events waiting for Redis; beyond it they are dropped and counted
+EVENTS_FLUSH_S = 3.0  # at the end, how long the evaluator waits for the last events to reach Redis
+
+STARTED, EPISODE, TIMEOUT, FINISHED = "started", "episode", "timeout", "finished"
+_STOP = object()
+
+
+def _now_wall() -> str:
+    return datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
+
+
+def _never_raises(hook: Callable[..., None]) -> Callable[..., None]:
+    """The evaluation calls these hooks in its own flow: a fault here (a bug, a missing figure)
+    costs the event, never the evaluation."""
+
+    @functools.wraps(hook)
+    def guarded(self: EventLog, *args: Any, **kwargs: Any) -> None:
+        try:
+            hook(self, *args, **kwargs)
+        except Exception:
+            self.dropped += 1
+            log.exception("event hook %s failed", hook.__name__)
+
+    return guarded
+
+
+class EventLog:
+    """Publishes one evaluation's events; every public method is safe to call in any state."""
+
+    def __init__(self, *, path: str, redis_url: str, service_id: str, maxlen: int = EVENTS_MAXLEN):
+        self.path = path
+        self.key = keys.events_key(service_id)
+        self.service_id = service_id
+        self.maxlen = maxlen
+        # Counted apart by the thread that sees each failure, so no increment is ever lost.
+        self.dropped = 0  # events never queued for Redis (queue full, not serializable)
+        self.failed = 0  # events Redis refused or did not answer (publisher thread only)
+        self.unwritten = 0  # events that did not reach events.jsonl
+        self.closed = False
+        self._redis = connect(redis_url, socket_timeout_s=EVENTS_SOCKET_TIMEOUT_S)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=EVENTS_QUEUE_LIMIT)
+        try:
+            # Appended, never truncated: a resumed evaluation continues the file of its first
+            # run (a fresh one has had it removed by ResultsStore.start_fresh).
+            self._file: Any = open(path, "a", encoding="utf-8")
+        except OSError as exc:
+            log.warning("cannot open %s (%s); events go to Redis only", path, exc)
+            self._file = None
+        self._thread = threading.Thread(target=self._publish_loop, name="events", daemon=True)
+        self._thread.start()
+
+    # -- the evaluation's seams ---------------------------------------------------------------
+
+    @_never_raises
+    def started(self, evaluation: Any, *, resumed: bool, record_episodes: int = 0) -> None:
+        self.emit(
+            STARTED,
+            service_id=self.service_id,
+            competition=evaluation.competition,
+            scoring=evaluation.rule.name,
+            episodes_total=evaluation.total,
+            episodes_done=len(evaluation.records),
+            resumed=resumed,
+            debug=evaluation.debug,
+            budgets=evaluation.budgets.as_dict(),
+            record_episodes=record_episodes,
+        )
+
+    @_never_raises
+    def episode(self, record: dict[str, Any], evaluation: Any) -> None:
+        """The Evaluation's ``on_episode``: a timeout event first when the episode timed out."""
+        if record["timed_out"]:
+            self.emit(
+                TIMEOUT,
+                kind=record["timeout"],
+                index=record["index"],
+                env=record["env"],
+                steps=record["steps"],
+                debug=evaluation.debug,
+            )
+        self.emit(
+            EPISODE,
+            index=record["index"],
+            env=record["env"],
+            num_agents=record["num_agents"],
+            steps=record["steps"],
+            normalized_return=record["normalized_return"],
+            arrived=record["arrived"],
+            arrived_fraction=record["arrived_fraction"],
+            timed_out=record["timed_out"],
+            timeout=record["timeout"],
+            abandoned=record["abandoned"],
+            skipped=record["skipped"],
+            wall_s=record["wall_s"],
+            elapsed_s=record["elapsed_s"],
+            episodes_done=len(evaluation.records),
+            episodes_total=evaluation.total,
+            score_so_far=evaluation.running_score(),
+            debug=evaluation.debug,
+        )
+
+    @_never_raises
+    def finished(self, evaluation: Any) -> None:
+        """The Evaluation's ``on_finish``: the last event, then the stream is flushed and closed."""
+        if self.closed:
+            return
+        end = evaluation.finished_at if evaluation.finished_at is not None else evaluation.clock()
+        try:
+            scores = evaluation.scores()
+            self.emit(
+                FINISHED,
+                state=evaluation.state.value,
+                termination_cause=evaluation.termination_cause,
+                score={
+                    name: scores[name] if scores else None
+                    for name in ("primary", "secondary", "primary_name", "secondary_name")
+                },
+                episodes_total=evaluation.total,
+                episodes_done=len(evaluation.records),
+                timed_out=sum(1 for r in evaluation.records if r["timed_out"]),
+                evaluation_s=evaluation.elapsed_s(end),
+                debug=evaluation.debug,
+            )
+        finally:
+            self.close()
+            for name, count in (("events_unpublished", self.unpublished), ("events_unwritten", self.unwritten)):
+                if count:
+                    evaluation.counters[name] += count
+
+    @property
+    def unpublished(self) -> int:
+        return self.dropped + self.failed
+
+    # -- mechanics ------------------------------------------------------------------------------
+
+    def emit(self, kind: str, /, **fields: Any) -> None:
+        if self.closed:
+            return
+        try:
+            line = json.dumps({"event": kind, "time": _now_wall(), **fields}, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:  # a figure JSON cannot hold (NaN): a bug, not a crash
+            log.warning("event %s not serializable: %s", kind, exc)
+            self.unwritten += 1
+            self.dropped += 1
+            return
+        self._write(line)
+        try:
+            self._queue.put_nowait((kind, line))
+        except queue.Full:
+            self.dropped += 1
+            log.warning("events queue full (Redis too slow or down): event %s not published", kind)
+
+    def _write(self, line: str) -> None:
+        if self._file is None:
+            self.unwritten += 1
+            return
+        try:
+            self._file.write(line + "\n")
+            self._file.flush()
+        except OSError as exc:
+            self.unwritten += 1
+            log.warning("cannot append to %s: %s", self.path, exc)
+
+    def _publish_loop(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            kind, line = item
+            try:
+                self._send(kind, line)
+            except Exception as exc:  # any failure of Redis (down, wrong key type, ACL): counted
+                self.failed += 1
+                log.warning("event %s not published to %s: %s", kind, self.key, exc)
+
+    def _send(self, kind: str, line: str) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        if kind == STARTED:
+            pipe.persist(self.key)  # a resumed evaluation's stream may have been set to expire
+        pipe.xadd(self.key, {"event": kind, "data": line}, maxlen=self.maxlen, approximate=True)
+        if kind == FINISHED:
+            pipe.expire(self.key, EVENTS_TTL_S)
+        pipe.execute()
+
+    def close(self, flush_s: float = EVENTS_FLUSH_S) -> None:
+        """Wait up to ``flush_s`` for queued events to reach Redis; then release everything."""
+        if self.closed:
+            return
+        self.closed = True
+        give_up = time.monotonic() + flush_s  # one bound for both waits below
+        try:
+            self._queue.put(_STOP, timeout=flush_s)
+        except queue.Full:
+            pass
+        self._thread.join(timeout=max(0.0, give_up - time.monotonic()))
+        if self._thread.is_alive():
+            # Still stuck on Redis: what is queued will not be sent before the process ends.
+            pending = sum(1 for item in list(self._queue.queue) if item is not _STOP)
+            self.dropped += pending
+            log.warning("%d events did not reach Redis within %g s", pending, flush_s)
+        else:
+            self._redis.close()
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError as exc:
+                log.warning("cannot close %s: %s", self.path, exc)
+
+
+def chain(*callbacks: Callable[..., None] | None) -> Callable[..., None] | None:
+    """One ``on_episode`` callback made of several, called in order; None when there are none."""
+    present = [callback for callback in callbacks if callback is not None]
+    if not present:
+        return None
+    if len(present) == 1:
+        return present[0]
+
+    def call_all(*args: Any) -> None:
+        for callback in present:
+            callback(*args)
+
+    return call_all
