@@ -89,6 +89,9 @@ class RemoteClient:
         self.step_replies = step_replies
         self.resend_after_s = resend_after_s
         self.session = uuid.uuid4().hex  # binds the evaluation to this client
+        # Fire-and-forget steps expect no reply: they all name this one channel (the protocol
+        # wants a valid one); only an error for a refused step could land there, and expire.
+        self._step_channel = keys.response_key(self.service_id, self.session)
         self._seq = 0
         self.episode_index: int | None = None  # the evaluator's index of the running episode
         self._step_conn: Any = None  # a connection of its own for steps (see _send_step)
@@ -203,7 +206,7 @@ class RemoteClient:
         pushed after a timeout is ignored by the evaluator, and a step pushed twice (a retry
         after a lost connection) carries the same sequence number and is applied once.
         """
-        message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._new_channel())
+        message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._step_channel)
         commands = [("RPOP", self.errors_key), ("LPUSH", self.commands_key, message)]
         try:
             connection = self._step_connection()
