@@ -47,6 +47,10 @@ def sanitize_actions(action: object, num_agents: int) -> tuple[dict[int, int], i
     clean: dict[int, int] = {}
     invalid = 0
     for handle, value in action.items():
+        # What every client sends: plain ints (bool is a subclass, so exact types are checked).
+        if type(handle) is int and type(value) is int and 0 <= handle < num_agents and 0 <= value < NUM_ACTIONS:
+            clean[handle] = value
+            continue
         handle_int = _as_int(handle)
         value_int = _as_int(value)
         if handle_int is None or not 0 <= handle_int < num_agents or value_int is None:
