@@ -729,18 +729,28 @@ class Bench:
         return {"count": count, "runs": runs, "reference_score": reference_summary}
 
 
+# Flat: under 16 KiB an episode (what the evaluator keeps of each episode: its record, its results
+# row, its step timings), where a leak of flatland envs costs megabytes an episode.
+FLAT_KIB_PER_EPISODE = 16
+
+
 def rss_growth(samples: list[list[int]], every: int) -> dict[str, Any]:
-    """First vs last of the samples taken every ``every`` episodes (the one after episode 1 is a baseline)."""
+    """Growth between the first and the last periodic sample (taken every ``every`` episodes;
+    the one after episode 1 is a baseline, one taken after submit is reported apart)."""
     samples = [s for s in samples if s[1] > 0]
     periodic = [s for s in samples if s[0] % every == 0] or samples
-    first, last = periodic[0], periodic[-1]
+    during = [s for i, s in enumerate(periodic) if i == 0 or s[0] != periodic[i - 1][0]]  # first at each count
+    first, last = during[0], during[-1]
     growth = (last[1] - first[1]) / first[1] if first[1] else None
+    per_episode = (last[1] - first[1]) / (last[0] - first[0]) if last[0] > first[0] else None
     return {
         "samples_kib": samples,
         "first": first,
         "last": last,
+        "after_submit": periodic[-1] if periodic[-1] is not last else None,
         "growth": growth,
-        "flat": growth is not None and growth < 0.10,
+        "kib_per_episode": per_episode,
+        "flat": per_episode is not None and per_episode < FLAT_KIB_PER_EPISODE,
     }
 
 
@@ -847,13 +857,16 @@ def ms(value: float | None, digits: int = 2) -> str:
 
 
 def _memory_line(label: str, memory: dict[str, Any]) -> str:
-    growth = memory["growth"]
+    growth, per_episode = memory["growth"], memory.get("kib_per_episode")
     first, last = memory["first"], memory["last"]
     verdict = "flat" if memory["flat"] else "GROWING"
+    after = memory.get("after_submit")
     return (
         f"{label}: {first[1] / 1024:.1f} MiB after episode {first[0]} → {last[1] / 1024:.1f} MiB after episode "
-        f"{last[0]} ({'n/a' if growth is None else f'{growth * 100:+.1f} %'}, {verdict});"
-        f" samples (episode: MiB) {', '.join(f'{s[0]}: {s[1] / 1024:.0f}' for s in memory['samples_kib'])}"
+        f"{last[0]} ({'n/a' if growth is None else f'{growth * 100:+.1f} %'}, "
+        f"{'n/a' if per_episode is None else f'{per_episode:+.1f} KiB per episode'}, {verdict})"
+        + (f"; {after[1] / 1024:.1f} MiB after submit" if after else "")
+        + f"; samples (episode: MiB) {', '.join(f'{s[0]}: {s[1] / 1024:.0f}' for s in memory['samples_kib'])}"
     )
 
 
