@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark arbiter against a plain in-process loop and against flatland-rl's own evaluator.
 
-    python scripts/bench.py [--rounds 3] [--preset bench] [--quick] [--full] [--json PATH]
+    python scripts/bench.py [--rounds 5] [--warmup 1] [--preset bench] [--quick] [--full] [--json PATH]
 
 One deterministic agent (actions a pure function of episode, step and handle) plays the same
 reference test set (a preset generated with a fixed seed) three ways:
@@ -922,6 +922,11 @@ def print_table(report: dict[str, Any]) -> None:
         f"ratios of median wall times: arbiter/direct = {ratios['arbiter_over_direct']:.3f}, "
         f"arbiter/flatland = {ratios['arbiter_over_flatland']:.3f}"
     )
+    paired = ratios["median_of_round_ratios"]
+    print(
+        f"median of the per-round ratios: arbiter/direct = {paired['arbiter_over_direct']:.3f}, "
+        f"arbiter/flatland = {paired['arbiter_over_flatland']:.3f}"
+    )
     for r in ratios["per_round"]:
         print(
             f"  round {r['round']}: direct {r['direct_s']:.3f} s, arbiter {r['arbiter_s']:.3f} s, flatland "
@@ -1012,6 +1017,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     began = time.monotonic()
     if args.quick:
         args.rounds = 1
+        args.warmup = 0
         envs = 2
         memory_episodes = 50
         concurrent = 2
@@ -1037,6 +1043,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
         bench = Bench(args, workdir, procs, redis_server.url, redis_server.port)
         runners = {"direct": bench.run_direct, "arbiter": bench.run_arbiter, "flatland": bench.run_flatland}
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
+        for _ in range(args.warmup):
+            # Unmeasured: the first run of each path pays for cold file and CPU caches.
+            for name in PATHS:
+                result = runners[name](tests, "warmup")
+                print(f"bench: warm-up  {name:<8} wall {result['wall_s']:.3f} s (not counted)", flush=True)
         for round_ in range(1, args.rounds + 1):
             for name in PATHS:
                 result = runners[name](tests, f"r{round_}")
@@ -1068,6 +1079,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 "testset_seed": TESTSET_SEED,
                 "eval_seed": EVAL_SEED,
                 "rounds": args.rounds,
+                "warmup_rounds": args.warmup,
                 "envs": len(reference),
                 "quick": args.quick,
                 "full": args.full,
@@ -1081,6 +1093,15 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "ratios": {
                 "arbiter_over_direct": medians["arbiter"] / medians["direct"],
                 "arbiter_over_flatland": medians["arbiter"] / medians["flatland"],
+                # Paired: each round's paths ran back to back, so slow drift of the machine cancels.
+                "median_of_round_ratios": {
+                    "arbiter_over_direct": statistics.median(
+                        a["wall_s"] / d["wall_s"] for a, d in zip(runs["arbiter"], runs["direct"], strict=True)
+                    ),
+                    "arbiter_over_flatland": statistics.median(
+                        a["wall_s"] / f["wall_s"] for a, f in zip(runs["arbiter"], runs["flatland"], strict=True)
+                    ),
+                },
                 "per_round": [
                     {
                         "round": i + 1,
@@ -1173,7 +1194,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of (direct, arbiter, flatland) (default 3)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of (direct, arbiter, flatland) (default 5)")
+    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1; --quick: 0)")
     parser.add_argument("--preset", default="bench", help="test set preset (default bench)")
     parser.add_argument("--envs", type=int, default=0, help="use only the first N envs of the preset (0 = all)")
     parser.add_argument("--quick", action="store_true", help="1 round, 2 envs, 50 memory episodes, 2 concurrent")

@@ -48,6 +48,10 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert math.isclose(ratios["arbiter_over_direct"], medians["arbiter"] / medians["direct"], rel_tol=1e-9)
     assert math.isclose(ratios["arbiter_over_flatland"], medians["arbiter"] / medians["flatland"], rel_tol=1e-9)
     assert len(ratios["per_round"]) == report["config"]["rounds"] == 1
+    assert report["config"]["warmup_rounds"] == 0
+    paired = ratios["median_of_round_ratios"]  # one round: its own ratios
+    assert paired["arbiter_over_direct"] == pytest.approx(ratios["per_round"][0]["arbiter_over_direct"])
+    assert paired["arbiter_over_flatland"] == pytest.approx(ratios["per_round"][0]["arbiter_over_flatland"])
 
     assert report["protocol"]["steps_per_s"] > 0
     assert report["protocol"]["server_steps_read"] == report["protocol"]["n"]
