@@ -39,6 +39,22 @@ EVENTS_QUEUE_LIMIT = 1000  # events waiting for Redis; beyond it they are droppe
 EVENTS_FLUSH_S = 3.0  # at the end, how long the evaluator waits for the last events to reach Redis
 
 STARTED, EPISODE, TIMEOUT, FINISHED = "started", "episode", "timeout", "finished"
+# What an episode event carries of the episode's record (episodes.jsonl has the rest).
+EPISODE_FIELDS = (
+    "index",
+    "env",
+    "num_agents",
+    "steps",
+    "normalized_return",
+    "arrived",
+    "arrived_fraction",
+    "timed_out",
+    "timeout",
+    "abandoned",
+    "skipped",
+    "wall_s",
+    "elapsed_s",
+)
 _STOP = object()
 
 
@@ -117,19 +133,7 @@ class EventLog:
             )
         self.emit(
             EPISODE,
-            index=record["index"],
-            env=record["env"],
-            num_agents=record["num_agents"],
-            steps=record["steps"],
-            normalized_return=record["normalized_return"],
-            arrived=record["arrived"],
-            arrived_fraction=record["arrived_fraction"],
-            timed_out=record["timed_out"],
-            timeout=record["timeout"],
-            abandoned=record["abandoned"],
-            skipped=record["skipped"],
-            wall_s=record["wall_s"],
-            elapsed_s=record["elapsed_s"],
+            **{field: record[field] for field in EPISODE_FIELDS},
             episodes_done=len(evaluation.records),
             episodes_total=evaluation.total,
             score_so_far=evaluation.running_score(),
