@@ -440,6 +440,7 @@ class Evaluation:
         assert episode is not None
         self.current = None
         self._record(episode.spec, now, episode=episode, finished=finished, timeout=timeout, abandoned=abandoned)
+        episode.close()
         if finished or abandoned:
             self._set_wait(Wait.NEXT_EPISODE, now)
 

@@ -45,3 +45,19 @@ def test_the_client_frees_each_finished_episodes_env(redis_url, service_id, tiny
         finish(outcome)
     gc.collect()  # the agent's process collects its cycles on its own schedule; here, now
     assert [ref() is None for ref in envs] == [True, True, True]
+
+
+def test_a_closed_episode_frees_its_env_at_once_without_a_collection(tiny_tests):
+    adapter = FlatlandTestFolder(tiny_tests, seed=1001)
+    episode = adapter.open(adapter.episodes[0], "neurips2020")
+    while not episode.step({0: 2, 1: 2}):
+        pass
+    steps, reward = episode.steps, episode.reward
+    env = weakref.ref(episode.env)
+    gc.disable()  # only reference counting may free it
+    try:
+        episode.close()
+        assert env() is None
+    finally:
+        gc.enable()
+    assert (episode.steps, episode.reward) == (steps, reward)
