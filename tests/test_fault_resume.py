@@ -184,3 +184,45 @@ def test_resume_keeps_the_overall_budget_already_used(redis_url, service_id, tin
         assert resumed.evaluation.time_left_s(time.monotonic()) == pytest.approx(8 * 3600 - used)
     finally:
         resumed.transport.close()
+
+
+def test_f12_sigterm_mid_episode_leaves_an_interrupted_summary_and_resumes(
+    redis_url, service_id, tiny_tests, tmp_path, record_property
+):
+    results = str(tmp_path / "r")
+    evaluator = serve(tiny_tests, redis_url, service_id, results)  # --resume on a new folder: a fresh start
+    client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=30, resend_after_s=0.3)
+    try:
+        client.env_create()
+        step = 0
+        while not client.env_step(seeded_actions(client.episode_index, step, 2))[2]["__all__"]:
+            step += 1
+        wait_for(lambda: read_episodes(results, missing_ok=True), what="episode 0 written")
+        client.env_create()
+        client.env_step(seeded_actions(client.episode_index, 0, 2))  # episode 1 is under way
+        sent = time.monotonic()
+        evaluator.send_signal(signal.SIGTERM)
+        status = evaluator.wait(timeout=10)
+        shutdown_s = time.monotonic() - sent
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+            evaluator.wait()
+    record_property("shutdown_s", round(shutdown_s, 3))
+    assert status == 130 and shutdown_s < 10
+    summary = read_summary(results)
+    assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
+    assert summary["score"]["primary"] is None
+    assert [r["index"] for r in read_episodes(results)] == [0]  # every finished episode, nothing else
+
+    # The interrupted evaluation resumes: episode 1 is played again from its start.
+    evaluator = serve(tiny_tests, redis_url, service_id, results)
+    try:
+        scores = deterministic_agent(client)
+        assert evaluator.wait(timeout=30) == 0, evaluator.stderr.read()
+    finally:
+        if evaluator.poll() is None:
+            evaluator.kill()
+            evaluator.wait()
+    assert [r["index"] for r in read_episodes(results)] == [0, 1, 2]
+    assert read_summary(results)["state"] == "SUCCESS" and scores["score"] == read_summary(results)["score"]["primary"]
