@@ -27,6 +27,7 @@ import pytest
 from harness import finish, play_episode, read_episodes, running_service, spec, wait_for
 
 from arbiter.client import RemoteClient, TimeoutException
+from arbiter.protocol import keys
 
 
 def two_test_folder(tiny_tests: str, out: Path) -> str:
@@ -48,18 +49,19 @@ def two_test_folder(tiny_tests: str, out: Path) -> str:
 
 
 def test_first_episode_timeout_and_an_all_timeout_test_are_scored_not_crashed(
-    redis_url, service_id, tiny_tests, tmp_path
+    redis_url, redis_conn, service_id, tiny_tests, tmp_path
 ):
     tests = two_test_folder(tiny_tests, tmp_path / "tests")
     results = str(tmp_path / "r")
     planning_s = 0.3
     with running_service(
         spec(planning_s=planning_s, step_s=5), tests=tests, results=results, redis_url=redis_url, service_id=service_id
-    ) as (service, outcome):
+    ) as (_, outcome):
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
         assert client.env_create()[0] is not False
         # The agent plans past the budget in the first episode, which is all of Test_0.
-        wait_for(lambda: service.evaluation.counters["planning_timeouts"] == 1, what="the planning timeout")
+        # The error the client will find is pushed after the evaluator counts the timeout: await it.
+        wait_for(lambda: redis_conn.llen(keys.errors_key(service_id)) > 0, what="the planning timeout")
         with pytest.raises(TimeoutException):
             client.env_step({0: 2, 1: 2})
         for episode in (1, 2):  # Test_1 is played to the end
