@@ -24,12 +24,14 @@ class Rewards2020:
     """
 
     name = "neurips2020"
-    uses_distance_map = False  # neither method reads it (see build_rail_env's eager_distance_map)
 
-    def step_reward(self, agent: Any, agent_transition_data: Any, distance_map: Any, elapsed_steps: int) -> float:
+    def __init__(self) -> None:
         from flatland.envs.step_utils.states import TrainState
 
-        return 0.0 if agent.state == TrainState.DONE else -1.0
+        self._done = TrainState.DONE  # bound once: step_reward runs for every agent at every step
+
+    def step_reward(self, agent: Any, agent_transition_data: Any, distance_map: Any, elapsed_steps: int) -> float:
+        return 0.0 if agent.state == self._done else -1.0
 
     def end_of_episode_reward(self, agent: Any, distance_map: Any, elapsed_steps: int) -> float:
         return 0.0
@@ -112,23 +114,19 @@ def _drop_step_recorder(env_dict: dict) -> None:
         ]
 
 
-def build_rail_env(
-    env_dict: dict,
-    obs_builder: Any = None,
-    rewards: Any = None,
-    record_steps: bool = True,
-    eager_distance_map: bool = True,
-) -> Any:
-    """A RailEnv from an env dict, exactly as ``RailEnvPersister.load_new`` builds one.
+def build_rail_env(env_dict: dict, obs_builder: Any = None, rewards: Any = None, record_steps: bool = True) -> Any:
+    """A RailEnv from an env dict, stepping exactly as one from ``RailEnvPersister.load_new``.
 
     ``env_dict`` is consumed (flatland rewrites its agents in place): pass a fresh one.
     ``record_steps`` keeps flatland's per-step log (``env.cur_episode``) as ``load_new`` does;
     it only records, so an env without it steps identically, about 5 % faster.
-    ``eager_distance_map=False`` skips the distance map that ``set_full_state`` computes (most
-    of the build time of a large env): the ``reset`` that follows every build marks it stale
-    anyway, and ``DistanceMap.get()`` computes it when first read. Only for an env whose
-    observations and rewards never read it without ``get()``: the evaluator's, under rewards
-    with ``uses_distance_map = False``.
+
+    One deliberate difference: ``set_full_state`` computes the distance map (most of the build
+    time of a large env), and the ``reset`` that follows every build marks it stale, so the
+    first ``DistanceMap.get()`` computes it again. Here it is computed only by that ``get()``
+    (every reader in flatland goes through it: observations, predictors, shortest paths,
+    rewards). Until then ``env.distance_map.distance_map`` holds what the file saved, if
+    anything, where ``load_new`` would hold the stale copy.
     """
     from flatland.core.env_observation_builder import DummyObservationBuilder
     from flatland.envs import (
@@ -154,12 +152,14 @@ def build_rail_env(
         record_steps=record_steps,
         rewards=rewards,
     )
-    if not eager_distance_map:
-        env.distance_map._compute = lambda agents, rail: None  # shadows the method, for this call only
+    distance_map = env.distance_map
+    distance_map._compute = lambda agents, rail: None  # shadows the method, for this call only
     try:
         RailEnvPersister.set_full_state(env, env_dict)
     finally:
-        if not eager_distance_map:
-            del env.distance_map._compute
+        del distance_map._compute
+    # What the skipped computation would have recorded: with it, get() after a reset computes
+    # afresh (as after load_new) rather than trusting a map the file may have saved.
+    distance_map.agents_previous_computation = distance_map.agents
     env.obs_builder.reset(env)
     return env

@@ -88,14 +88,7 @@ class FlatlandEpisode:
         # Encode before building: build_rail_env rewrites the dict's agents in place.
         self.wire_state = env_state_to_wire(env_dict)
         # flatland's per-step log is the client's business; the evaluator keeps what it needs.
-        # Its observations are empty, so only its rewards could read the distance map.
-        rewards = rewards_for(reward_model)
-        self.env = build_rail_env(
-            env_dict,
-            rewards=rewards,
-            record_steps=False,
-            eager_distance_map=getattr(rewards, "uses_distance_map", True),
-        )
+        self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model), record_steps=False)
         self.observation, self.info = self.env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=seed)
         self.num_agents = self.env.get_num_agents()
         self.max_episode_steps = int(self.env._max_episode_steps)
