@@ -53,6 +53,17 @@ def _flatland_version() -> str:
         return "unknown"
 
 
+def _plain_actions(action_dict: dict[Any, Any] | None) -> dict[int, int]:
+    """Handles and actions as plain ints: flatland's RailEnvActions (a fastenum, which int()
+    refuses) by their value, numpy ints by int(); plain ints, the usual case, as they are."""
+    actions: dict[int, int] = {}
+    for handle, value in (action_dict or {}).items():
+        if type(value) is not int:
+            value = int(getattr(value, "value", value))
+        actions[handle if type(handle) is int else int(handle)] = value
+    return actions
+
+
 class RemoteClient:
     """Connects to the evaluator and hands out its episodes one by one.
 
@@ -155,7 +166,7 @@ class RemoteClient:
         """
         if self.env is None:
             raise OutOfOrder("env_step() before env_create(): there is no running episode")
-        actions = {int(handle): int(getattr(value, "value", value)) for handle, value in (action_dict or {}).items()}
+        actions = _plain_actions(action_dict)
         payload: dict[str, Any] = {"action": actions, "inference_time": time.monotonic() - self._last_step_end}
         if self.step_replies:
             payload[EXTENSION_KEY] = {"reply": True}

@@ -4,16 +4,20 @@
     python scripts/bench.py [--rounds 5] [--warmup 1] [--preset bench] [--quick] [--full] [--json PATH]
 
 One deterministic agent (actions a pure function of episode, step and handle) plays the same
-reference test set (a preset generated with a fixed seed) three ways:
+reference test set (a preset generated with a fixed seed) four ways:
 
   direct    an in-process loop, no evaluator: load the env file, reset it with the evaluation
-            seed, step until done;
+            seed, step until done (flatland's ``load_new``: its default rewards, its step
+            recorder, its distance map computed at load);
+  lean      the same loop on the env arbiter's client builds (the competition's rewards, no step
+            recorder, the distance map computed when first read): the same env work as the
+            arbiter agent, so arbiter/lean is what the evaluator itself costs;
   arbiter   ``arbiter serve`` in one process, the agent on ``arbiter.client.RemoteClient`` in
             another, over a redis-server this script starts on a free loopback port;
   flatland  flatland-rl's ``FlatlandRemoteEvaluationService`` in one process (main thread: it
             uses SIGALRM), the agent on its ``FlatlandRemoteClient`` in another.
 
-The paths alternate within each round (direct, arbiter, flatland, direct, ...) so that noise
+The paths alternate within each round (direct, lean, arbiter, flatland, direct, ...) so that noise
 shows as spread. Every agent runs in its own subprocess (``--worker MODE``, a mode of this
 script) and measures itself after its imports: evaluation wall time (just before the first
 env load or request to after submit), steps and arrivals per episode, and the time spent inside
@@ -62,7 +66,8 @@ RESULT_MARK = "BENCH_RESULT "
 EVAL_SEED = 1001  # flatland's evaluation seed, arbiter's default --seed
 TESTSET_SEED = 42  # the reference test set: preset generated with this seed
 HOST = "127.0.0.1"
-PATHS = ("direct", "arbiter", "flatland")
+PATHS = ("direct", "lean", "arbiter", "flatland")
+LOCAL_PATHS = ("direct", "lean")  # in-process loops: no evaluator, nothing to wait for
 
 
 class BenchError(RuntimeError):
@@ -167,6 +172,35 @@ def _result(path: str, started_epoch: float, wall: float, episodes: list, steps:
 def worker_direct(args: argparse.Namespace) -> int:
     from flatland.core.env_observation_builder import DummyObservationBuilder
     from flatland.envs.persistence import RailEnvPersister
+
+    def load(path: str) -> Any:
+        env, _ = RailEnvPersister.load_new(path, obs_builder=DummyObservationBuilder())
+        return env
+
+    return _play_direct("direct", load, args)
+
+
+def worker_lean(args: argparse.Namespace) -> int:
+    from flatland.core.env_observation_builder import DummyObservationBuilder
+    from flatland.envs.persistence import RailEnvPersister
+
+    from arbiter.protocol.flatland_env import build_rail_env, rewards_for
+    from arbiter.server.competition import load_competition
+    from arbiter.server.scoring import RULES
+
+    # What arbiter's client builds for the evaluation `arbiter serve` runs by default.
+    reward_model = RULES[load_competition().scoring].reward_model
+
+    def load(path: str) -> Any:
+        env_dict = RailEnvPersister.load_env_dict(path)
+        return build_rail_env(
+            env_dict, obs_builder=DummyObservationBuilder(), rewards=rewards_for(reward_model), record_steps=False
+        )
+
+    return _play_direct("lean", load, args)
+
+
+def _play_direct(path_name: str, load: Callable[[str], Any], args: argparse.Namespace) -> int:
     from flatland.envs.step_utils.states import TrainState  # noqa: F401 - imported before timing
 
     paths = ordered_env_paths(args.tests)
@@ -179,7 +213,7 @@ def worker_direct(args: argparse.Namespace) -> int:
     started = clock()
     for index, rel in enumerate(paths):
         created = clock()
-        env, _ = RailEnvPersister.load_new(os.path.join(args.tests, rel), obs_builder=DummyObservationBuilder())
+        env = load(os.path.join(args.tests, rel))
         env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
         creates.append(clock() - created)
         num_agents = env.get_num_agents()
@@ -198,7 +232,7 @@ def worker_direct(args: argparse.Namespace) -> int:
     wall = clock() - started
     emit(
         _result(
-            "direct",
+            path_name,
             started_epoch,
             wall,
             episodes,
@@ -433,6 +467,7 @@ def _jsonable(value: Any) -> Any:
 
 WORKERS = {
     "direct": worker_direct,
+    "lean": worker_lean,
     "arbiter": worker_arbiter,
     "flatland": worker_flatland_client,
     "flatland-service": worker_flatland_service,
@@ -616,10 +651,13 @@ class Bench:
 
     # -- the three paths -------------------------------------------------------------------
 
-    def run_direct(self, tests: Path, label: str) -> dict[str, Any]:
-        agent = self.procs.worker(f"direct-{label}", "direct", "--tests", str(tests))
+    def run_direct(self, tests: Path, label: str, mode: str = "direct") -> dict[str, Any]:
+        agent = self.procs.worker(f"{mode}-{label}", mode, "--tests", str(tests))
         self.procs.wait([agent], self.args.timeout)
         return agent.result()
+
+    def run_lean(self, tests: Path, label: str) -> dict[str, Any]:
+        return self.run_direct(tests, label, mode="lean")
 
     def start_arbiter_server(self, tests: Path, service_id: str, results: Path) -> Proc:
         argv = [sys.executable, "-m", "arbiter.server.cli", "serve", "--tests", str(tests), "--redis-url",
@@ -895,7 +933,7 @@ def print_table(report: dict[str, Any]) -> None:
     for name in PATHS:
         p = paths[name]
         wall = p["wall_s"]
-        wait = "" if name == "direct" else f" ({ms(p['env_create_wait_median_s'], 1)})"
+        wait = "" if name in LOCAL_PATHS else f" ({ms(p['env_create_wait_median_s'], 1)})"
         print(
             f"{name:<9} {wall['median']:>7.3f} [{wall['min']:.3f}–{wall['max']:.3f}]{'':<3} {p['steps_per_s']:>7.0f}  "
             f"{ms(p['client_step_mean_s'], 3) + ' / ' + ms(p['client_step_p99_s'], 3):>23}  "
@@ -920,19 +958,24 @@ def print_table(report: dict[str, Any]) -> None:
     print()
     print(
         f"ratios of median wall times: arbiter/direct = {ratios['arbiter_over_direct']:.3f}, "
-        f"arbiter/flatland = {ratios['arbiter_over_flatland']:.3f}"
+        f"arbiter/lean = {ratios['arbiter_over_lean']:.3f}, arbiter/flatland = {ratios['arbiter_over_flatland']:.3f}"
     )
     paired = ratios["median_of_round_ratios"]
     print(
         f"median of the per-round ratios: arbiter/direct = {paired['arbiter_over_direct']:.3f}, "
-        f"arbiter/flatland = {paired['arbiter_over_flatland']:.3f}"
+        f"arbiter/lean = {paired['arbiter_over_lean']:.3f}, arbiter/flatland = {paired['arbiter_over_flatland']:.3f}"
     )
     for r in ratios["per_round"]:
         print(
-            f"  round {r['round']}: direct {r['direct_s']:.3f} s, arbiter {r['arbiter_s']:.3f} s, flatland "
-            f"{r['flatland_s']:.3f} s → arbiter/direct {r['arbiter_over_direct']:.3f}, "
+            f"  round {r['round']}: direct {r['direct_s']:.3f} s, lean {r['lean_s']:.3f} s, arbiter "
+            f"{r['arbiter_s']:.3f} s, flatland {r['flatland_s']:.3f} s → arbiter/direct "
+            f"{r['arbiter_over_direct']:.3f}, arbiter/lean {r['arbiter_over_lean']:.3f}, "
             f"arbiter/flatland {r['arbiter_over_flatland']:.3f}"
         )
+    print(
+        "(direct: flatland's load_new, with its default rewards, step recorder and eager distance map; lean: the "
+        "env arbiter's client builds, so arbiter/lean is the evaluator's own cost)"
+    )
     a = paths["arbiter"]
     if a.get("server_think_mean_s") is not None:
         print(
@@ -963,8 +1006,8 @@ def print_table(report: dict[str, Any]) -> None:
         print(
             "env_create on the client, median per episode: "
             f"arbiter {ms(creates['arbiter_s'], 1)} ms, flatland {ms(creates['flatland_s'], 1)} ms "
-            f"(direct load+reset {ms(creates['direct_s'], 1)} ms); arbiter/flatland "
-            f"{creates['arbiter_over_flatland']:.2f}"
+            f"(direct load+reset {ms(creates['direct_s'], 1)} ms, lean {ms(creates['lean_s'], 1)} ms); "
+            f"arbiter/flatland {creates['arbiter_over_flatland']:.2f}"
         )
     memory = report.get("memory")
     if memory:
@@ -1041,7 +1084,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
             tests = subset_test_set(full_set, workdir / f"tests-first{envs}", envs)
         redis_server.start()
         bench = Bench(args, workdir, procs, redis_server.url, redis_server.port)
-        runners = {"direct": bench.run_direct, "arbiter": bench.run_arbiter, "flatland": bench.run_flatland}
+        runners = {
+            "direct": bench.run_direct,
+            "lean": bench.run_lean,
+            "arbiter": bench.run_arbiter,
+            "flatland": bench.run_flatland,
+        }
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
         for _ in range(args.warmup):
             # Unmeasured: the first run of each path pays for cold file and CPU caches.
@@ -1092,11 +1140,15 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "raw_runs": runs,
             "ratios": {
                 "arbiter_over_direct": medians["arbiter"] / medians["direct"],
+                "arbiter_over_lean": medians["arbiter"] / medians["lean"],
                 "arbiter_over_flatland": medians["arbiter"] / medians["flatland"],
                 # Paired: each round's paths ran back to back, so slow drift of the machine cancels.
                 "median_of_round_ratios": {
                     "arbiter_over_direct": statistics.median(
                         a["wall_s"] / d["wall_s"] for a, d in zip(runs["arbiter"], runs["direct"], strict=True)
+                    ),
+                    "arbiter_over_lean": statistics.median(
+                        a["wall_s"] / d["wall_s"] for a, d in zip(runs["arbiter"], runs["lean"], strict=True)
                     ),
                     "arbiter_over_flatland": statistics.median(
                         a["wall_s"] / f["wall_s"] for a, f in zip(runs["arbiter"], runs["flatland"], strict=True)
@@ -1106,9 +1158,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
                     {
                         "round": i + 1,
                         "direct_s": runs["direct"][i]["wall_s"],
+                        "lean_s": runs["lean"][i]["wall_s"],
                         "arbiter_s": runs["arbiter"][i]["wall_s"],
                         "flatland_s": runs["flatland"][i]["wall_s"],
                         "arbiter_over_direct": runs["arbiter"][i]["wall_s"] / runs["direct"][i]["wall_s"],
+                        "arbiter_over_lean": runs["arbiter"][i]["wall_s"] / runs["lean"][i]["wall_s"],
                         "arbiter_over_flatland": runs["arbiter"][i]["wall_s"] / runs["flatland"][i]["wall_s"],
                     }
                     for i in range(args.rounds)
@@ -1118,6 +1172,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "trajectories_match": not mismatches,
             "env_create": {
                 "direct_s": summaries["direct"]["env_create_median_s"],
+                "lean_s": summaries["lean"]["env_create_median_s"],
                 "arbiter_s": summaries["arbiter"]["env_create_median_s"],
                 "flatland_s": summaries["flatland"]["env_create_median_s"],
                 "arbiter_over_flatland": summaries["arbiter"]["env_create_median_s"]
@@ -1194,7 +1249,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of (direct, arbiter, flatland) (default 5)")
+    parser.add_argument("--rounds", type=int, default=5, help="rounds of (direct, lean, arbiter, flatland) (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1; --quick: 0)")
     parser.add_argument("--preset", default="bench", help="test set preset (default bench)")
     parser.add_argument("--envs", type=int, default=0, help="use only the first N envs of the preset (0 = all)")

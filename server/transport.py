@@ -106,10 +106,11 @@ class RedisTransport:
         """The next command, or None once ``deadline`` (monotonic) passed, a stop was asked, or
         an outage was ridden out (the caller moves its deadlines by the downtime and asks again).
 
-        Commands already queued are taken up to ``POP_BATCH`` per round trip and handed out one
-        by one: an evaluator that fell behind a fire-and-forget client catches up without a
-        round trip per step. Every command handed out from that batch was in Redis when the
-        batch was taken, so it is on time for any window that opened later.
+        Commands are taken up to ``POP_BATCH`` per round trip and handed out one by one: an
+        evaluator that fell behind a fire-and-forget client catches up without a round trip per
+        step, and one that keeps up waits and takes in a single round trip (see
+        ``_wait_and_take``). Every command handed out from a batch was in Redis when the batch
+        was taken, so it is on time for any window that opened later.
 
         While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
         ``idle_work()`` runs first."""
@@ -118,27 +119,39 @@ class RedisTransport:
         outages = self.outages
         while not should_stop():
             remaining = deadline - time.monotonic()
-            taken = self._call(lambda: self.redis.rpop(self.commands_key, POP_BATCH))
+            block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
+            idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
+            if block_s >= MIN_BLOCK_S and not idle:
+                taken = self._call(functools.partial(self._wait_and_take, block_s))
+            else:
+                taken = self._call(lambda: self.redis.rpop(self.commands_key, POP_BATCH))
             if taken:
                 self._batch.extend(taken)
                 return self._batch.popleft()
             if self.outages != outages:
                 return None
+            if block_s >= MIN_BLOCK_S and not idle:
+                continue
             if remaining <= 0:
                 return None  # the empty RPOP above ran after the deadline: nothing on time is left
-            if remaining > IDLE_WORK_MARGIN_S and idle_pending():
+            if idle:
                 idle_work()
-                continue
-            block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
-            if block_s >= MIN_BLOCK_S:
-                found = self._call(functools.partial(self.redis.brpop, [self.commands_key], timeout=round(block_s, 3)))
-                if found is not None:
-                    return found[1]
-                if self.outages != outages:
-                    return None
                 continue
             time.sleep(min(POLL_INTERVAL_S, remaining))
         return None
+
+    def _wait_and_take(self, block_s: float) -> list[bytes]:
+        """Block for the first command, then take what is queued behind it: one round trip.
+
+        Redis runs a blocked client's next command only once the block ends, so the RPOP sent
+        in the same packet takes the commands that were queued when the BRPOP returned."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.brpop([self.commands_key], timeout=round(block_s, 3))
+        pipe.rpop(self.commands_key, POP_BATCH - 1)
+        found, rest = pipe.execute()
+        taken = [found[1]] if found is not None else []
+        taken.extend(rest or ())
+        return taken
 
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""

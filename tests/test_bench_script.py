@@ -1,4 +1,4 @@
-"""scripts/bench.py --quick runs end to end: three paths, matching trajectories, sound ratios."""
+"""scripts/bench.py --quick runs end to end: four paths, matching trajectories, sound ratios."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
     report = json.loads(out.read_text(encoding="utf-8"))
 
-    assert set(report["paths"]) == {"direct", "arbiter", "flatland"}
+    assert set(report["paths"]) == {"direct", "lean", "arbiter", "flatland"}
     for name, path in report["paths"].items():
         walls = [run["wall_s"] for run in path["runs"]]
         assert walls and all(w > 0 for w in walls), name
@@ -46,11 +46,13 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     medians = {name: report["paths"][name]["wall_s"]["median"] for name in report["paths"]}
     ratios = report["ratios"]
     assert math.isclose(ratios["arbiter_over_direct"], medians["arbiter"] / medians["direct"], rel_tol=1e-9)
+    assert math.isclose(ratios["arbiter_over_lean"], medians["arbiter"] / medians["lean"], rel_tol=1e-9)
     assert math.isclose(ratios["arbiter_over_flatland"], medians["arbiter"] / medians["flatland"], rel_tol=1e-9)
     assert len(ratios["per_round"]) == report["config"]["rounds"] == 1
     assert report["config"]["warmup_rounds"] == 0
     paired = ratios["median_of_round_ratios"]  # one round: its own ratios
     assert paired["arbiter_over_direct"] == pytest.approx(ratios["per_round"][0]["arbiter_over_direct"])
+    assert paired["arbiter_over_lean"] == pytest.approx(ratios["per_round"][0]["arbiter_over_lean"])
     assert paired["arbiter_over_flatland"] == pytest.approx(ratios["per_round"][0]["arbiter_over_flatland"])
 
     assert report["protocol"]["steps_per_s"] > 0
