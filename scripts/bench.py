@@ -659,6 +659,13 @@ class Bench:
     def run_lean(self, tests: Path, label: str) -> dict[str, Any]:
         return self.run_direct(tests, label, mode="lean")
 
+    def run_lean_pair(self, tests: Path, label: str) -> list[dict[str, Any]]:
+        """Two lean loops started together, no evaluator: how much two busy processes slow
+        each other on this machine, right now (an evaluator steps its copy next to the agent)."""
+        agents = [self.procs.worker(f"lean-pair{n}-{label}", "lean", "--tests", str(tests)) for n in (1, 2)]
+        self.procs.wait(agents, self.args.timeout)
+        return [agent.result() for agent in agents]
+
     def start_arbiter_server(self, tests: Path, service_id: str, results: Path) -> Proc:
         argv = [sys.executable, "-m", "arbiter.server.cli", "serve", "--tests", str(tests), "--redis-url",
                 self.redis_url, "--service-id", service_id, "--results", str(results), "--quiet"]  # fmt: skip
@@ -827,6 +834,21 @@ def compare(label: str, reference: list[dict[str, Any]], seen: list[dict[str, An
     return problems
 
 
+def contention_summary(pairs: list[list[dict[str, Any]]], lean_runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Each round's pair against that round's lean loop alone: mean pair wall / alone wall."""
+    if not pairs:
+        return None
+    factors = [
+        statistics.fmean(r["wall_s"] for r in pair) / alone["wall_s"]
+        for pair, alone in zip(pairs, lean_runs, strict=True)
+    ]
+    return {
+        "pair_walls_s": [[r["wall_s"] for r in pair] for pair in pairs],
+        "factor_per_round": factors,
+        "factor_median": statistics.median(factors),
+    }
+
+
 def spread(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
@@ -976,6 +998,14 @@ def print_table(report: dict[str, Any]) -> None:
         "(direct: flatland's load_new, with its default rewards, step recorder and eager distance map; lean: the "
         "env arbiter's client builds, so arbiter/lean is the evaluator's own cost)"
     )
+    contention = report.get("contention")
+    if contention:
+        print(
+            f"two lean loops at once (independent processes, no evaluator): each took "
+            f"{contention['factor_median']:.3f}× its time alone (median over rounds; "
+            + ", ".join(f"{f:.2f}" for f in contention["factor_per_round"])
+            + "): what two busy processes cost each other on this machine now"
+        )
     a = paths["arbiter"]
     if a.get("server_think_mean_s") is not None:
         print(
@@ -1091,6 +1121,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "flatland": bench.run_flatland,
         }
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
+        pairs: list[list[dict[str, Any]]] = []  # two lean loops at once, per round (--no-contention: none)
         for _ in range(args.warmup):
             # Unmeasured: the first run of each path pays for cold file and CPU caches.
             for name in PATHS:
@@ -1105,6 +1136,11 @@ def run_benchmark(args: argparse.Namespace) -> int:
                     f"step mean {result['step_s']['mean'] * 1e3:.3f} ms",
                     flush=True,
                 )
+            if not args.no_contention:
+                pair = bench.run_lean_pair(tests, f"r{round_}")
+                pairs.append(pair)
+                walls = " and ".join(f"{r['wall_s']:.3f}" for r in pair)
+                print(f"bench: round {round_} lean ×2   wall {walls} s (two at once)", flush=True)
 
         reference = runs["direct"][0]["episodes"]
         mismatches: list[str] = []
@@ -1115,6 +1151,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 checked += 1
                 if "server_episodes" in run:
                     mismatches += compare(f"{name} round {i} (server)", reference, run["server_episodes"])
+        for i, pair in enumerate(pairs, start=1):
+            for run in pair:
+                mismatches += compare(f"lean ×2 round {i}", reference, run["episodes"])
         for i, run in enumerate(runs["arbiter"], start=1):
             if run.get("state") != "SUCCESS":
                 mismatches.append(f"arbiter round {i}: evaluation state {run.get('state')}")
@@ -1169,6 +1208,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 ],
             },
             "trajectories": {"match": not mismatches, "runs_checked": checked, "mismatches": mismatches},
+            "contention": contention_summary(pairs, runs["lean"]),
             "trajectories_match": not mismatches,
             "env_create": {
                 "direct_s": summaries["direct"]["env_create_median_s"],
@@ -1262,6 +1302,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-protocol", action="store_true", help="skip the protocol-only throughput")
     parser.add_argument("--no-memory", action="store_true", help="skip the server memory check")
     parser.add_argument("--no-scale", action="store_true", help="skip the concurrent evaluations")
+    parser.add_argument(
+        "--no-contention", action="store_true", help="skip the two lean loops at once that end each round"
+    )
     parser.add_argument(
         "--no-memory-baseline",
         dest="memory_baseline",

@@ -55,6 +55,11 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert paired["arbiter_over_lean"] == pytest.approx(ratios["per_round"][0]["arbiter_over_lean"])
     assert paired["arbiter_over_flatland"] == pytest.approx(ratios["per_round"][0]["arbiter_over_flatland"])
 
+    contention = report["contention"]  # two lean loops at once, each against the round's lean loop
+    assert len(contention["pair_walls_s"]) == 1 and len(contention["pair_walls_s"][0]) == 2
+    assert contention["factor_median"] == pytest.approx(
+        statistics.fmean(contention["pair_walls_s"][0]) / report["paths"]["lean"]["runs"][0]["wall_s"]
+    )
     assert report["protocol"]["steps_per_s"] > 0
     assert report["protocol"]["server_steps_read"] == report["protocol"]["n"]
     assert report["env_create"]["arbiter_s"] > 0 and report["env_create"]["flatland_s"] > 0

@@ -151,11 +151,9 @@ def test_f16_commands_pushed_at_the_deadline_are_processed_or_left_queued_never_
     assert sent >= 2000
     assert lost == [], lost[:10]
     assert processed + late == sent
-    # A command pushed 1 ms before the deadline is normally in time; thread scheduling may delay a few.
-    early = [r for r in results if r["phase"] in ("poll", "brpop") and r["offset_ms"] == -1]
-    early_processed = sum(1 for r in early if r["outcome"] == "processed")
-    assert early_processed >= 0.9 * len(early), f"{early_processed} of {len(early)}"
     # A command that was in Redis before the deadline is never refused (the last RPOP comes after it).
+    # Judged on when each push reached Redis: the pusher threads aim at the deadline ± 1 ms, but on
+    # a loaded machine a push aimed 1 ms early can land after the deadline, and is then rightly late.
     in_time = [r for r in results if r["in_redis_vs_deadline_ms"] < 0]
     assert sum(1 for r in in_time if r["phase"] != "handover") >= 100
     assert [r for r in in_time if r["outcome"] != "processed"] == []
