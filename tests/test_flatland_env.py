@@ -75,3 +75,30 @@ def test_record_steps_keeps_flatlands_per_step_log(tiny_tests):
         reference.step(actions)
     assert len(ours.cur_episode) == len(reference.cur_episode) == 5
     assert ours.cur_episode == reference.cur_episode
+
+
+def tree_observer() -> object:
+    from flatland.envs.observations import TreeObsForRailEnv
+    from flatland.envs.predictions import ShortestPathPredictorForRailEnv
+
+    return TreeObsForRailEnv(max_depth=2, predictor=ShortestPathPredictorForRailEnv(max_depth=10))
+
+
+def test_tree_observations_read_the_lazy_distance_map_exactly_like_load_news(tiny_tests):
+    """The usual Flatland agent's observations (tree + shortest-path predictions, both built on
+    the distance map) are the same on arbiter's client env as on a load_new env."""
+    for level in range(3):
+        path = os.path.join(tiny_tests, f"Test_0/Level_{level}.pkl")
+        ours = build_rail_env(RailEnvPersister.load_env_dict(path), obs_builder=tree_observer(), record_steps=False)
+        reference, _ = RailEnvPersister.load_new(path, obs_builder=tree_observer())
+        our_obs, _ = ours.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=SEED)
+        obs, _ = reference.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=SEED)
+        assert repr(our_obs) == repr(obs)
+        assert any(node is not None for node in obs.values())  # real trees, not empty observations
+        rng = np.random.default_rng(level)
+        done = {"__all__": False}
+        while not done["__all__"]:
+            actions = {h: int(a) for h, a in enumerate(rng.integers(0, 5, size=reference.get_num_agents()))}
+            our_obs, _, _, _ = ours.step(actions)
+            obs, _, done, _ = reference.step(actions)
+            assert repr(our_obs) == repr(obs)
