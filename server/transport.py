@@ -121,7 +121,8 @@ class RedisTransport:
             remaining = deadline - time.monotonic()
             block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
             idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
-            if block_s >= MIN_BLOCK_S and not idle:
+            may_block = block_s >= MIN_BLOCK_S and not idle
+            if may_block:
                 taken = self._call(functools.partial(self._wait_and_take, block_s))
             else:
                 taken = self._call(lambda: self.redis.rpop(self.commands_key, POP_BATCH))
@@ -130,7 +131,7 @@ class RedisTransport:
                 return self._batch.popleft()
             if self.outages != outages:
                 return None
-            if block_s >= MIN_BLOCK_S and not idle:
+            if may_block:
                 continue
             if remaining <= 0:
                 return None  # the empty RPOP above ran after the deadline: nothing on time is left

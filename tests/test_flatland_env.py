@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -25,6 +26,19 @@ def built(path: str, reward_model: str = "neurips2020", **options) -> object:
 def loaded(path: str, reward_model: str = "neurips2020") -> object:
     env, _ = RailEnvPersister.load_new(path, rewards=rewards_for(reward_model))
     return reset(env)
+
+
+def lockstep(ours: object, reference: object, seed: int) -> Iterator[tuple[tuple, tuple]]:
+    """Both envs stepped with the same random actions until the reference is done: each step's
+    (obs, rewards, done, info) from ours and from the reference."""
+    rng = np.random.default_rng(seed)
+    done = {"__all__": False}
+    while not done["__all__"]:
+        actions = {h: int(a) for h, a in enumerate(rng.integers(0, 5, size=reference.get_num_agents()))}
+        ours_step = ours.step(actions)
+        reference_step = reference.step(actions)
+        done = reference_step[2]
+        yield ours_step, reference_step
 
 
 def test_the_distance_map_is_computed_on_first_read_and_equals_load_news(tiny_tests):
@@ -53,12 +67,7 @@ def test_an_env_without_the_step_recorder_steps_exactly_like_load_news(tiny_test
         path = os.path.join(tiny_tests, f"Test_0/Level_{level}.pkl")
         ours = built(path, reward_model, record_steps=False)
         reference = loaded(path, reward_model)
-        rng = np.random.default_rng(level)
-        done = {"__all__": False}
-        while not done["__all__"]:
-            actions = {h: int(a) for h, a in enumerate(rng.integers(0, 5, size=reference.get_num_agents()))}
-            _, our_rewards, our_done, _ = ours.step(actions)
-            _, rewards, done, _ = reference.step(actions)
+        for (_, our_rewards, our_done, _), (_, rewards, done, _) in lockstep(ours, reference, seed=level):
             assert our_rewards == rewards and our_done == done
             assert [(a.current_configuration, a.state) for a in ours.agents] == [
                 (a.current_configuration, a.state) for a in reference.agents
@@ -95,10 +104,5 @@ def test_tree_observations_read_the_lazy_distance_map_exactly_like_load_news(tin
         obs, _ = reference.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=SEED)
         assert repr(our_obs) == repr(obs)
         assert any(node is not None for node in obs.values())  # real trees, not empty observations
-        rng = np.random.default_rng(level)
-        done = {"__all__": False}
-        while not done["__all__"]:
-            actions = {h: int(a) for h, a in enumerate(rng.integers(0, 5, size=reference.get_num_agents()))}
-            our_obs, _, _, _ = ours.step(actions)
-            obs, _, done, _ = reference.step(actions)
+        for (our_obs, _, _, _), (obs, _, _, _) in lockstep(ours, reference, seed=level):
             assert repr(our_obs) == repr(obs)
