@@ -3,7 +3,8 @@
 A drop-in for flatland-rl's ``FlatlandRemoteClient`` that speaks the same wire protocol, plus:
 the env's state comes from the evaluator (no copy of the test folder needed), every wait has
 a timeout (a dead evaluator raises ``ServerUnavailable``, never hangs), nothing is unpickled,
-and a step costs one Redis round trip.
+a step costs one Redis round trip, and ``act_within_budget`` keeps a slow policy from timing an
+episode out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import redis
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
+    ClientConflict,
     EpisodeLost,
     OutOfOrder,
     ServerUnavailable,
@@ -37,20 +39,17 @@ from arbiter.protocol.flatland_env import (
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import connect, redacted
 
+from .deadline_guard import BudgetClock, DeadlineGuard
+from .flatland_service import flatland_version, load_local_env
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
 DEFAULT_REPLY_TIMEOUT_S = 60.0
 RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator may restart)
-
-
-def _flatland_version() -> str:
-    try:
-        import flatland
-
-        return str(flatland.__version__)
-    except Exception:  # pragma: no cover - flatland is a dependency; keep the handshake going
-        return "unknown"
+# A refused handshake is sent again this long after the instant the evaluator named (its clock
+# and ours run at the same rate, but the refusal took time to arrive).
+TAKEOVER_RETRY_MARGIN_S = 0.02
 
 
 def _plain_actions(action_dict: dict[Any, Any] | None) -> dict[int, int]:
@@ -117,18 +116,54 @@ class RemoteClient:
         self.server_info: dict[str, Any] = {}
         self.current_env_path: str | None = None
         self._last_step_end = time.monotonic()
+        self._budget_clock = BudgetClock()
+        self._guard = DeadlineGuard()
+        self.fallbacks_used = 0  # calls of act_within_budget that returned the fallback
         preload()
-        self.ping_pong()
+        self._handshake()
 
     # -- the SDK --------------------------------------------------------------------------
 
-    def ping_pong(self) -> bool:
-        """Handshake; resent while the evaluator is not up yet, until ``reply_timeout_s``."""
-        response = self._request(FLATLAND_RL.PING, {"version": _flatland_version()})
+    def ping_pong(self, *, raise_pending: bool = True) -> bool:
+        """Handshake; resent while the evaluator is not up yet, and while another client is
+        bound to the evaluation until it may take over (see server/clients.py), within
+        ``reply_timeout_s``."""
+        response = self._request(FLATLAND_RL.PING, {"version": flatland_version()}, raise_pending=raise_pending)
         if response["type"] != FLATLAND_RL.PONG:
             raise ArbiterError(f"handshake failed: expected PONG, got {response['type']!r}")
         self.server_info = extension(response.get("payload"))
         return True
+
+    def time_left_s(self, *, use_time_bank: bool = True) -> float | None:
+        """Seconds left until the evaluator's deadline for the next ``env_step`` (the first one of
+        an episode has the planning budget), plus what is left of the episode's time bank, on
+        this client's clock (see deadline_guard.py); None without a running episode or without
+        budgets (flatland's own evaluator sends none)."""
+        return None if self.env is None else self._budget_clock.time_left_s(use_time_bank=use_time_bank)
+
+    def act_within_budget(
+        self,
+        policy: Callable[..., Any],
+        *args: Any,
+        fallback: Any,
+        margin_s: float = 0.1,
+        use_time_bank: bool = True,
+    ) -> Any:
+        """``policy(*args)``, stopped when only ``margin_s`` is left of ``time_left_s()``; then
+        ``fallback`` is returned instead: an action map, or a callable that is given ``args`` and
+        returns one (it runs inside the margin: keep it cheap). A slow policy costs a step's
+        quality, never the episode. ``use_time_bank=False`` keeps the time bank for what no
+        signal can stop (see deadline_guard.py for how and where a policy is interrupted).
+        Without budgets from the evaluator the policy runs with no limit."""
+        left_s = self.time_left_s(use_time_bank=use_time_bank)
+        if left_s is None:
+            return policy(*args)
+        finished, action = self._guard.call(left_s - margin_s, policy, args)
+        if finished:
+            return action
+        self.fallbacks_used += 1
+        log.info("the policy ran out of time (%.3f s left before the margin): fallback", left_s - margin_s)
+        return fallback(*args) if callable(fallback) else fallback
 
     def env_create(self, obs_builder_object: Any = None) -> tuple[Any, Any]:
         """Start the next episode: ``(observation, info)``, or ``(False, False)`` when none is left."""
@@ -137,6 +172,7 @@ class RemoteClient:
         self.env = None
         release_flatland_caches()
         response = self._request(FLATLAND_RL.ENV_CREATE, {})
+        self._budget_clock.episode_started(self.server_info.get("budgets"), time.monotonic())
         payload = response["payload"]
         if not payload.get("observation"):
             self.env = None
@@ -151,7 +187,9 @@ class RemoteClient:
                 env_dict, obs_builder=obs_builder_object, rewards=rewards, record_steps=self.record_steps
             )
         else:
-            self.env = self._load_local_env(payload.get("env_file_path"), obs_builder_object)
+            self.env = load_local_env(
+                self.test_env_folder, payload.get("env_file_path"), obs_builder_object, record_steps=self.record_steps
+            )
         observation, info = self.env.reset(
             regenerate_rail=True, regenerate_schedule=True, random_seed=payload.get("random_seed")
         )
@@ -167,7 +205,9 @@ class RemoteClient:
         if self.env is None:
             raise OutOfOrder("env_step() before env_create(): there is no running episode")
         actions = _plain_actions(action_dict)
-        payload: dict[str, Any] = {"action": actions, "inference_time": time.monotonic() - self._last_step_end}
+        sent_at = time.monotonic()
+        self._budget_clock.step_sent(sent_at)
+        payload: dict[str, Any] = {"action": actions, "inference_time": sent_at - self._last_step_end}
         if self.step_replies:
             payload[EXTENSION_KEY] = {"reply": True}
             self._request(FLATLAND_RL.ENV_STEP, payload)
@@ -191,6 +231,35 @@ class RemoteClient:
         if self._step_conn is not None:
             self._step_conn.disconnect()
         self.redis.close()
+
+    # -- the handshake ----------------------------------------------------------------------
+
+    def _handshake(self) -> None:
+        """PING / PONG as a new client. Timeouts already on the errors list were posted for an
+        earlier client (one that crashed, or ran before a ``--resume``): this one has played
+        nothing yet. They are dropped before the PING and again after the PONG, by which time
+        the evaluator has dealt with whatever that client left running."""
+        self._discard_pending_errors()
+        self.ping_pong(raise_pending=False)
+        self._discard_pending_errors()
+
+    def _discard_pending_errors(self) -> None:
+        give_up = time.monotonic() + self.reply_timeout_s
+        while self._with_reconnect(lambda: self.redis.rpop(self.errors_key), FLATLAND_RL.PING, give_up) is not None:
+            pass
+
+    def _takeover_wait_s(
+        self, type_: str, error: ArbiterError, response: dict[str, Any], give_up: float
+    ) -> float | None:
+        """How long to wait before sending a refused PING again, or None to give up: the
+        evaluator says when the bound client will have been silent long enough for a takeover."""
+        if type_ != FLATLAND_RL.PING or not isinstance(error, ClientConflict):
+            return None
+        retry_after_s = extension(response.get("payload")).get("retry_after_s")
+        if isinstance(retry_after_s, bool) or not isinstance(retry_after_s, (int, float)) or retry_after_s < 0:
+            return None
+        wait_s = retry_after_s + TAKEOVER_RETRY_MARGIN_S
+        return wait_s if time.monotonic() + wait_s < give_up else None
 
     # -- the wire ---------------------------------------------------------------------------
 
@@ -262,16 +331,40 @@ class RemoteClient:
         error, _ = self._with_reconnect(send, FLATLAND_RL.ENV_STEP, time.monotonic() + self.reply_timeout_s)
         return lambda: self._raise_pending_timeout(error)
 
-    def _request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+    def _request(
+        self, type_: str, payload: dict[str, Any], wait_s: float | None = None, *, raise_pending: bool = True
+    ) -> dict[str, Any]:
         wait_s = self.reply_timeout_s if wait_s is None else wait_s
         give_up = time.monotonic() + wait_s
-        self._raise_pending_timeout(self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up))
+        pending = self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+        if raise_pending:
+            self._raise_pending_timeout(pending)
         channel = self._new_channel()
         message = self._tagged(type_, payload, channel)
         # arbiter's evaluator answers a resent request from its cache, so resending after a lost
         # message is safe; flatland's would apply it twice, so only its PING is resent.
         resend = type_ == FLATLAND_RL.PING or "protocol" in self.server_info
-        self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        while True:
+            self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+            response = self._await_reply(type_, channel, message, resend=resend, give_up=give_up, wait_s=wait_s)
+            if response["type"] != FLATLAND_RL.ERROR:
+                return response
+            error = error_from_payload(response.get("payload"))
+            takeover_wait_s = self._takeover_wait_s(type_, error, response, give_up)
+            if takeover_wait_s is None:
+                break
+            log.info("another client is bound to this evaluation; asking again in %.2f s", takeover_wait_s)
+            time.sleep(takeover_wait_s)
+        if isinstance(error, TimeoutException):
+            # The evaluator also posted this timeout on the errors list (before answering):
+            # it is told now, so it must not be raised a second time by the next call.
+            self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+        raise error
+
+    def _await_reply(
+        self, type_: str, channel: str, message: bytes, *, resend: bool, give_up: float, wait_s: float
+    ) -> dict[str, Any]:
+        """The reply on ``channel``, the request sent again every ``resend_after_s`` if ``resend``."""
         while True:
             left = give_up - time.monotonic()
             chunk = min(left, self.resend_after_s) if resend else left
@@ -292,13 +385,6 @@ class RemoteClient:
         response = codec.decode(found[1], codec.REPLY_LIMITS)
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
-        if response["type"] == FLATLAND_RL.ERROR:
-            error = error_from_payload(response.get("payload"))
-            if isinstance(error, TimeoutException):
-                # The evaluator also posted this timeout on the errors list (before answering):
-                # it is told now, so it must not be raised a second time by the next call.
-                self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
-            raise error
         return response
 
     def _with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
@@ -318,18 +404,3 @@ class RemoteClient:
 
     def _new_channel(self) -> str:
         return keys.response_key(self.service_id, uuid.uuid4().hex)
-
-    def _load_local_env(self, env_file_path: Any, obs_builder: Any) -> Any:
-        """Flatland's own service sends only a path: build the env from the participant's copy."""
-        from flatland.envs.persistence import RailEnvPersister
-
-        if not self.test_env_folder:
-            raise ArbiterError(
-                "the evaluator sent no env state (it is flatland's own service): set AICROWD_TESTS_FOLDER "
-                "or pass test_env_folder= to load the test files locally"
-            )
-        path = os.path.join(self.test_env_folder, str(env_file_path))
-        if not os.path.exists(path):
-            raise ArbiterError(f"test file {path} not found (AICROWD_TESTS_FOLDER={self.test_env_folder})")
-        env_dict = RailEnvPersister.load_env_dict(path)
-        return build_rail_env(env_dict, obs_builder=obs_builder, record_steps=self.record_steps)

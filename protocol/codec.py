@@ -1,23 +1,32 @@
-"""The only module that touches the wire format (msgpack).
+"""The only module that touches the wire format: msgpack, and pickle for flatland's legacy client.
 
 Compatible with flatland-rl's msgpack_numpy-patched peers: numpy arrays and scalars travel as
 maps with bytes keys ``{b'nd', b'type', b'kind', b'shape', b'data'}``, fractions as
 ``{'__fraction__': True, 'as_str': '(1, 4)'}``. Unlike msgpack_numpy, arrays are rebuilt only for
 plain dtypes (bool, int, uint, float, complex): the object-dtype path, which msgpack_numpy hands
 to ``pickle.loads``, is rejected. Sizes and nesting are bounded before anything is built.
+
+``FlatlandRemoteClient(use_pickle=True)`` pickles its requests and unpickles what it gets back:
+``decode_request`` tells the two formats apart and loads pickles with ``safe_pickle``'s restricted
+unpickler (plain data, numpy arrays and scalars of plain dtypes, fractions, flatland's enums as
+ints); ``encode(message, wire=PICKLE)`` answers such a client in its own format.
 """
 
 from __future__ import annotations
 
 import enum
+import io
 import math
+import pickle
 import re
+import types
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
+from . import safe_pickle
 from .errors import DecodeError, MessageTooLarge
 
 # msgpack's own implementation, bound explicitly: importing flatland runs msgpack_numpy.patch(),
@@ -54,6 +63,10 @@ REPLY_LIMITS = Limits(
     prescan=False,
 )
 
+# The two wire formats a request can come in; replies go back in the request's.
+MSGPACK = "msgpack"
+PICKLE = "pickle"
+
 _PLAIN_DTYPE_RE = re.compile(r"[<>|=]?[biufc]\d{1,2}")
 _FRACTION_RE = re.compile(r"\(\s*(-?\d{1,300})\s*,\s*(-?\d{1,300})\s*\)")
 _MAX_NDIM = 32
@@ -84,11 +97,48 @@ def _default(obj: Any) -> Any:
     raise TypeError(f"cannot encode {type(obj).__name__}")
 
 
-def encode(message: Any) -> bytes:
+# Replies to a pickling client: protocol 4, what flatland's client writes, readable by Python 3.4+.
+PICKLE_REPLY_PROTOCOL = 4
+# The functions and classes that numpy's, Fraction's and _ReplyPickler's own reductions name.
+_REPLY_GLOBALS = (int, str, float, dict, list, tuple, Fraction, np.dtype, np.ndarray)
+_GLOBAL_KINDS = (type, types.FunctionType, types.BuiltinFunctionType)
+
+
+class _ReplyPickler(pickle.Pickler):
+    """Pickled replies hold what msgpack replies hold (``_default``): plain data, numpy data of
+    plain dtypes, fractions, enum members as their values, container subclasses as the plain
+    container; so the client needs nothing of arbiter to load them."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        if isinstance(obj, _GLOBAL_KINDS):
+            if obj not in _REPLY_GLOBALS and not str(getattr(obj, "__module__", "")).startswith("numpy."):
+                raise TypeError(f"cannot encode {obj!r}")
+            return NotImplemented
+        if isinstance(obj, (np.ndarray, np.generic, np.dtype)):
+            dtype = obj if isinstance(obj, np.dtype) else obj.dtype
+            if dtype.kind not in "biufc":
+                raise TypeError(f"cannot encode numpy data of dtype {dtype}")
+            return NotImplemented
+        if isinstance(obj, Fraction):
+            return NotImplemented
+        for container in (dict, list, tuple):
+            if isinstance(obj, container):
+                return container, (container(obj),)
+        plain = _default(obj)  # enum members and sets as msgpack sends them; TypeError for the rest
+        return type(plain), (plain,)
+
+
+def encode(message: Any, wire: str = MSGPACK) -> bytes:
     try:
-        return _msgpack.Packer(use_bin_type=True, default=_default).pack(message)
-    except (TypeError, ValueError, OverflowError) as exc:
+        if wire == MSGPACK:
+            return _msgpack.Packer(use_bin_type=True, default=_default).pack(message)
+        if wire == PICKLE:
+            buffer = io.BytesIO()
+            _ReplyPickler(buffer, protocol=PICKLE_REPLY_PROTOCOL).dump(message)
+            return buffer.getvalue()
+    except (TypeError, ValueError, OverflowError, pickle.PicklingError) as exc:
         raise DecodeError(f"cannot encode message: {exc}") from exc
+    raise ValueError(f"unknown wire format {wire!r}")
 
 
 def _numpy_from_map(obj: dict) -> Any:
@@ -225,3 +275,13 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
     except Exception as exc:  # msgpack raises a zoo of types: ValueError, TypeError, StackError, ...
         raise DecodeError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
     return message
+
+
+def decode_request(data: bytes, limits: Limits = COMMAND_LIMITS) -> tuple[Any, str]:
+    """Decode one request and tell its wire format (``MSGPACK`` or ``PICKLE``): the reply goes
+    back in the same. Any failure is a ``DecodeError`` (never anything else)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise DecodeError(f"expected bytes, got {type(data).__name__}")
+    if safe_pickle.is_pickle(data):
+        return safe_pickle.load(bytes(data), limits), PICKLE
+    return decode(data, limits), MSGPACK

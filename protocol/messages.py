@@ -29,6 +29,7 @@ the evaluator binds to the first client it hears, refuses others (OTHER_CLIENT),
 resent request (same seq) from its cached reply and drops stale ones (server/clients.py).
 
 Extension fields live under the ``"arbiter"`` key of a payload: legacy peers ignore them.
+Pickled requests (flatland's client, use_pickle=True): plain data only, answered pickled.
 """
 
 from __future__ import annotations

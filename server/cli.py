@@ -60,6 +60,17 @@ def _count(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (``--time-bank 0`` turns off a bank a competition file grants)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def _shared_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tests", metavar="DIR", help="Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv)")
     parser.add_argument("--redis-url", help="Redis to use (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
@@ -87,11 +98,22 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
         "--max-successive-timeouts", type=_positive(int), metavar="N", help="timeouts in a row that end the evaluation"
     )
     parser.add_argument(
+        "--time-bank",
+        type=_seconds,
+        metavar="S",
+        help="per episode: seconds planning and steps may run over their budgets in all (default 0)",
+    )
+    parser.add_argument(
         "--redis-outage-timeout",
         type=_positive(float),
         default=60.0,
         metavar="S",
         help="how long the evaluator rides out a Redis outage before stopping as INTERRUPTED (default 60)",
+    )
+    parser.add_argument(
+        "--refuse-pickle",
+        action="store_true",
+        help="answer pickled requests (FlatlandRemoteClient(use_pickle=True)) with an error instead of serving them",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (default WARNING)")
@@ -184,6 +206,7 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         "overall_s": args.overall_timeout,
         "idle_s": args.idle_timeout,
         "max_successive_timeouts": args.max_successive_timeouts,
+        "time_bank_s": args.time_bank,
     }
     spec = spec.with_budgets(**budgets).with_budgets(**flags)
     if args.debug or os.environ.get("AICROWD_DEBUG_SUBMISSION", "").lower() in ("1", "true", "yes"):
@@ -194,6 +217,8 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed})
     if args.record is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
+    if args.refuse_pickle:
+        spec = CompetitionSpec(**{**spec.__dict__, "accept_pickle": False})
     return spec
 
 
@@ -352,7 +377,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ArbiterError, FileExistsError, ValueError) as exc:
         print(f"arbiter: error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the evaluator handles SIGINT itself once it runs; this is the rest
+        print("arbiter: interrupted", file=sys.stderr)
         return 130
     except Exception as exc:  # redis unreachable and similar: a clear line, not a traceback
         import redis

@@ -1,14 +1,27 @@
 """Who may talk to an evaluation, and exactly-once handling of their requests.
 
 arbiter's client tags every request with its session id and a sequence number (under the
-payload's "arbiter" key). The gate binds the evaluation to the first client it hears from and
-refuses every other one, so two clients never interleave steps. For the bound client:
+payload's "arbiter" key). The gate binds the evaluation to one client at a time, so two clients
+never interleave steps:
+
+- only a handshake binds: a PING, or an ENV_CREATE (a client that skips the PING). Any other
+  request while no client is bound is refused, so the stray steps of a client that died before
+  a ``--resume`` can never lock its successor out (and what was queued before a resumed
+  evaluator started never even reaches the gate: the service drops it);
+- a handshake from another client while one is bound is refused (OTHER_CLIENT), unless the
+  bound client has been silent for longer than ``takeover_after_s()``: as long as the running
+  episode waits for it (its planning or step budget plus what is left in the time bank), the
+  step budget between episodes. Then the new client takes over: an agent that crashed and was
+  started again goes on with the evaluation. The refusal says when that would be possible
+  (``retry_after_s``), and arbiter's client keeps asking until then if its reply timeout allows.
+
+For the bound client:
 
 - a request with the last sequence number seen is a resend (its reply was lost or late): it is
   answered from the cached reply and never applied again;
 - a lower sequence number is stale and dropped;
 - a jump over one or more numbers means requests were lost on the way (a Redis outage): the
-  caller decides what that costs (see Evaluation.on_lost_requests).
+  caller decides what that costs (see EvaluatorService._lost_in_outage).
 
 flatland's own client sends neither: it is bound as "the legacy client" and its requests are
 applied as they come. Two legacy clients on one service id cannot be told apart.
@@ -17,18 +30,24 @@ applied as they come. Two legacy clients on one service id cannot be told apart.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.protocol.errors import ClientConflict
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply
+
 LEGACY = "<legacy client>"
 _MAX_SESSION_LEN = 64
+HANDSHAKES = frozenset({FLATLAND_RL.PING, FLATLAND_RL.ENV_CREATE})
 
 
 class Verdict(enum.Enum):
     APPLY = "apply"
     RESEND = "resend"  # answer from the cache, do not apply
     STALE = "stale"  # older than the last request: drop
-    FOREIGN = "foreign"  # another client: refuse
+    FOREIGN = "foreign"  # another client while one is bound: refuse
+    UNBOUND = "unbound"  # not a handshake, and no client is bound: refuse
 
 
 @dataclass(frozen=True)
@@ -37,31 +56,54 @@ class Admission:
     seq: int | None = None
     lost: int = 0  # requests missing before this one (a gap in the sequence)
     cached_reply: dict[str, Any] | None = None
+    took_over_after_s: float | None = None  # this request replaced a client silent that long
+    retry_after_s: float | None = None  # FOREIGN handshake: when a takeover becomes possible
+
+
+def other_client_reply(admission: Admission) -> dict[str, Any]:
+    """The OTHER_CLIENT refusal; for a handshake, it says how long the bound client would have to
+    stay silent before this one could take over."""
+    response = error_reply(ClientConflict.code, "another client is running this evaluation (one client per evaluation)")
+    if admission.retry_after_s is not None:
+        response["payload"][EXTENSION_KEY] = {"retry_after_s": admission.retry_after_s}
+    return response
 
 
 class ClientGate:
-    def __init__(self) -> None:
+    def __init__(self, takeover_after_s: Callable[[], float]) -> None:
         self.owner: str | None = None
+        self._takeover_after_s = takeover_after_s
+        self._heard_at = 0.0  # the bound client's last request (monotonic)
         self._last_seq: int | None = None
         self._last_reply: dict[str, Any] | None = None
 
-    def admit(self, ext: dict[str, Any]) -> Admission:
+    def admit(self, ext: dict[str, Any], now: float, *, handshake: bool) -> Admission:
         session = ext.get("session")
         seq = ext.get("seq")
         who = session if isinstance(session, str) and 0 < len(session) <= _MAX_SESSION_LEN else LEGACY
-        if self.owner is None:
+        took_over_after_s = None
+        if who != self.owner:
+            if self.owner is None:
+                if not handshake:
+                    return Admission(Verdict.UNBOUND)
+            else:
+                silent_s = now - self._heard_at
+                limit_s = self._takeover_after_s()
+                if not handshake or silent_s <= limit_s:
+                    return Admission(Verdict.FOREIGN, retry_after_s=limit_s - silent_s if handshake else None)
+                took_over_after_s = silent_s
             self.owner = who
-        elif who != self.owner:
-            return Admission(Verdict.FOREIGN)
+            self._last_seq = self._last_reply = None
+        self._heard_at = now
         if who is LEGACY or not isinstance(seq, int) or isinstance(seq, bool):
-            return Admission(Verdict.APPLY)
+            return Admission(Verdict.APPLY, took_over_after_s=took_over_after_s)
         last = self._last_seq
         if last is not None and seq == last:
             return Admission(Verdict.RESEND, seq, cached_reply=self._last_reply)
         if last is not None and seq < last:
             return Admission(Verdict.STALE, seq)
         lost = seq - last - 1 if last is not None else 0
-        return Admission(Verdict.APPLY, seq, lost=lost)
+        return Admission(Verdict.APPLY, seq, lost=lost, took_over_after_s=took_over_after_s)
 
     def remember(self, admission: Admission, reply: dict[str, Any] | None) -> None:
         """After applying a request: its reply is what a resend of it gets."""

@@ -36,6 +36,8 @@ class CompetitionSpec:
     debug: bool = False
     max_episodes: int | None = None
     record_episodes: int = 0  # keep the actions of the first N episodes for `arbiter replay`
+    # Pickled requests from FlatlandRemoteClient(use_pickle=True), through a restricted unpickler.
+    accept_pickle: bool = True
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
 
     def __post_init__(self) -> None:
@@ -48,6 +50,8 @@ class CompetitionSpec:
         record = self.record_episodes
         if isinstance(record, bool) or not isinstance(record, int) or record < 0:
             raise ConfigError(f"{self.name}: record_episodes must be a whole number >= 0")
+        if not isinstance(self.accept_pickle, bool):
+            raise ConfigError(f"{self.name}: accept_pickle must be true or false")
         if self.seed is not None and not isinstance(self.seed, int):
             raise ConfigError(f"{self.name}: seed must be a whole number")
 

@@ -148,10 +148,12 @@ class EmbeddedRedis:
         if self.password is not None:
             args += ["--requirepass", self.password]
         # Config errors are printed to stderr before the log file is opened: send both there too.
+        # Its own process group: a Ctrl-C in the terminal reaches the process that started it,
+        # which stops it once it no longer needs it (an evaluation still writes its last events).
         try:
             with open(self._dir / "redis.log", "ab") as output:
                 self._process = subprocess.Popen(
-                    args, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd=self._dir
+                    args, stdin=subprocess.DEVNULL, stdout=output, stderr=output, cwd=self._dir, process_group=0
                 )
         except OSError as error:
             self.stop()  # removes the temp dir

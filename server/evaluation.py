@@ -35,7 +35,7 @@ from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, Ti
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from .adapters.flatland import FlatlandEpisode, sanitize_actions
-from .budgets import BudgetPolicy, Deadline, Wait, budget_for
+from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for, silence_before_takeover_s
 from .results import ResultsStore
 from .scoring import ScoringRule
 
@@ -123,6 +123,7 @@ class Evaluation:
         self._episode_started = 0.0
         self._planning_s: float | None = None
         self._invalid_actions = 0
+        self.bank = TimeBank(budgets.time_bank_s)
         # The next episode's env, built ahead while the evaluator would otherwise wait (see
         # prepare_ahead), so loading it rarely sits between an ENV_CREATE and its reply.
         self._prepared: tuple[int, FlatlandEpisode | Exception] | None = None
@@ -138,7 +139,7 @@ class Evaluation:
         return len(self.specs)
 
     def deadline(self) -> Deadline:
-        at = self.wait_started + budget_for(self.wait, self.budgets)
+        at = self.wait_started + budget_for(self.wait, self.budgets, self.bank.left_s)
         if self.started_at is not None:
             overall_at = self.started_at + self.budgets.overall_s - self.used_before_s
             if overall_at <= at:
@@ -173,10 +174,12 @@ class Evaluation:
         if wait in (Wait.PLANNING, Wait.STEP):
             kind = "planning" if wait is Wait.PLANNING else "step"
             budget = self.budgets.planning_s if wait is Wait.PLANNING else self.budgets.step_s
+            self.bank.spend_all()
             self._record_current(now, finished=False, timeout=kind)
             self.counters[f"{kind}_timeouts"] += 1
             error_type = FLATLAND_RL.ENV_RESET_TIMEOUT if wait is Wait.PLANNING else FLATLAND_RL.ENV_STEP_TIMEOUT
-            log.warning("episode %d timed out (%s budget of %g s)", len(self.records) - 1, kind, budget)
+            bank = f" and a time bank of {self.bank.size_s:g} s" if self.bank.size_s else ""
+            log.warning("episode %d timed out (%s budget of %g s%s)", len(self.records) - 1, kind, budget, bank)
             self._count_timeout(now)
             return [{"type": error_type}]
         if wait is Wait.AFTER_TIMEOUT:
@@ -274,6 +277,7 @@ class Evaluation:
         self._episode_think = array("d")
         self._planning_s = None
         self._invalid_actions = 0
+        self.bank.refill()
         # Loading the env is our time, not the participant's: planning starts when it is ready.
         ready = self.clock()
         self._episode_started = ready
@@ -295,9 +299,13 @@ class Evaluation:
         think = now - self.wait_started
         if self.wait is Wait.PLANNING:
             self._planning_s = think
+            over_budget_s = think - self.budgets.planning_s
         else:
             self._episode_think.append(think)
             self.think_s.append(think)
+            over_budget_s = think - self.budgets.step_s
+        if over_budget_s > 0:
+            self.bank.draw(over_budget_s)
         action = payload.get("action") if isinstance(payload, dict) else None
         actions, invalid = sanitize_actions(action, episode.num_agents)
         if invalid:
@@ -359,6 +367,19 @@ class Evaluation:
         self.next_index -= 1
         self._set_wait(Wait.NEXT_EPISODE, now)
         return [{"type": EPISODE_LOST}]
+
+    def takeover_after_s(self) -> float:
+        """How long the bound client must have been silent before another one may replace it."""
+        return silence_before_takeover_s(self.wait, self.budgets, self.bank.left_s)
+
+    def take_over(self, silent_s: float, now: float) -> None:
+        """A new client replaced one silent for ``silent_s`` (over ``takeover_after_s``): the
+        episode the silent one left running times out now, its deadline passed or all but. The
+        timeout is not posted: the errors list belongs to the new client from here on."""
+        self.counters["takeovers"] += 1
+        log.warning("a new client took over from one silent for %.2f s", silent_s)
+        if self.current is not None and self.wait in (Wait.PLANNING, Wait.STEP):
+            self.expire(Deadline(self.wait, now), now)
 
     # -- endings ----------------------------------------------------------------------------
 
@@ -493,6 +514,7 @@ class Evaluation:
             "wall_s": (now - self._episode_started) if episode is not None else 0.0,
             "planning_s": self._planning_s if episode is not None else None,
             "step_think_s": _stats(self._episode_think) if episode is not None else None,
+            "time_bank_used_s": self.bank.used_s if episode is not None else 0.0,
             "seed": self.adapter.seed,
             "debug": self.debug,
             "elapsed_s": self.elapsed_s(now),  # overall budget used when it ended (for --resume)
@@ -565,6 +587,7 @@ class Evaluation:
                 "evaluation_s": self.elapsed_s(end),
                 "step_think_s": _stats(self.think_s),
                 "server_step_s": _stats(self.server_step_s),
+                "time_bank_used_s": _stats([r.get("time_bank_used_s", 0.0) for r in self.records if not r["skipped"]]),
             },
             "seed": self.adapter.seed,
             "tests": self.adapter.tests_dir,

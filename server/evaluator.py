@@ -77,7 +77,7 @@ def build_service(
         events.close()
         raise
     events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
-    return EvaluatorService(evaluation, transport)
+    return EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
 
 
 def start_service(
@@ -90,8 +90,10 @@ def start_service(
     progress: Progress,
     resume: bool = False,
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
+    on_stop_signal: Callable[[int], None] | None = None,
 ) -> EvaluatorService:
-    """A service ready to run in the main thread: signals handled, progress announced."""
+    """A service ready to run in the main thread: signals handled (each one also given to
+    ``on_stop_signal``, from the signal handler), progress announced."""
     service = build_service(
         spec,
         tests=tests,
@@ -102,7 +104,7 @@ def start_service(
         resume=resume,
         redis_outage_s=redis_outage_s,
     )
-    service.install_signal_handlers()
+    service.install_signal_handlers(also=on_stop_signal)
     # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the
     # process: moved out of the collector's sight, the full collection after each episode
     # (adapters.flatland) scans only what episodes allocate, well under a millisecond.

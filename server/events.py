@@ -37,6 +37,10 @@ EVENTS_TTL_S = 24 * 3600  # late watchers see a finished evaluation's history fo
 EVENTS_SOCKET_TIMEOUT_S = 2.0  # one XADD to a hung Redis gives up after this
 EVENTS_QUEUE_LIMIT = 1000  # events waiting for Redis; beyond it they are dropped and counted
 EVENTS_FLUSH_S = 3.0  # at the end, how long the evaluator waits for the last events to reach Redis
+# ... when the evaluation was interrupted: a stop signal (an orchestrator kills soon after it) or
+# Redis gone for good. Far longer than an XADD to a live Redis takes; the summary waits for it.
+EVENTS_FLUSH_INTERRUPTED_S = 0.3
+INTERRUPTED = "INTERRUPTED"  # the evaluation's state (not imported: `arbiter watch` loads no evaluator)
 
 STARTED, EPISODE, TIMEOUT, FINISHED = "started", "episode", "timeout", "finished"
 # What an episode event carries of the episode's record (episodes.jsonl has the rest).
@@ -90,6 +94,8 @@ class EventLog:
         self.failed = 0  # events Redis refused or did not answer (publisher thread only)
         self.unwritten = 0  # events that did not reach events.jsonl
         self.closed = False
+        self._in_flight = False  # the publisher thread is waiting for Redis to take an event
+        self._abandoned = False  # close() stopped waiting for the publisher and counted what it held
         self._redis = connect(redis_url, socket_timeout_s=EVENTS_SOCKET_TIMEOUT_S)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=EVENTS_QUEUE_LIMIT)
         try:
@@ -163,7 +169,7 @@ class EventLog:
                 debug=evaluation.debug,
             )
         finally:
-            self.close()
+            self.close(EVENTS_FLUSH_INTERRUPTED_S if evaluation.state == INTERRUPTED else EVENTS_FLUSH_S)
             for name, count in (("events_unpublished", self.unpublished), ("events_unwritten", self.unwritten)):
                 if count:
                     evaluation.counters[name] += count
@@ -208,11 +214,15 @@ class EventLog:
             if item is _STOP:
                 return
             kind, line = item
+            self._in_flight = True
             try:
                 self._send(kind, line)
             except Exception as exc:  # any failure of Redis (down, wrong key type, ACL): counted
-                self.failed += 1
+                if not self._abandoned:  # else close() counted it already
+                    self.failed += 1
                 log.warning("event %s not published to %s: %s", kind, self.key, exc)
+            finally:
+                self._in_flight = False
 
     def _send(self, kind: str, line: str) -> None:
         pipe = self._redis.pipeline(transaction=False)
@@ -235,8 +245,10 @@ class EventLog:
             pass
         self._thread.join(timeout=max(0.0, give_up - time.monotonic()))
         if self._thread.is_alive():
-            # Still stuck on Redis: what is queued will not be sent before the process ends.
-            pending = sum(1 for item in list(self._queue.queue) if item is not _STOP)
+            # Still stuck on Redis: the event being sent and those queued will not be sent
+            # before the process ends.
+            self._abandoned = True
+            pending = sum(1 for item in list(self._queue.queue) if item is not _STOP) + int(self._in_flight)
             self.dropped += pending
             log.warning("%d events did not reach Redis within %g s", pending, flush_s)
         else:

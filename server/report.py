@@ -37,6 +37,7 @@ BUDGET_ROWS = [
     ("step_s", "Step", "between consecutive steps of an episode"),
     ("overall_s", "Overall", "the whole evaluation, from the agent's first request"),
     ("idle_s", "Idle", "waiting for a client, for the next episode or for submit"),
+    ("time_bank_s", "Time bank", "per episode: planning and steps may run over their budgets by this much in all"),
 ]
 
 

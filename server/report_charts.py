@@ -184,6 +184,19 @@ def _budget_dots(
     return _figure(title, plot.svg(), EPISODE_LEGEND)
 
 
+def _time_bank_chart(episodes: list[dict[str, Any]], bank: float) -> str:
+    """Per episode, how much of its time bank its planning and steps used (a timeout uses it all)."""
+    title = "Time bank used per episode against the bank"
+    axis, labels = Axis(0.0, bank), _x_labels(episodes)
+    plot = Plot("time-bank", title=title, count=len(episodes), axis=axis, tick_format=fmt_duration, x_labels=labels)
+    for i, record in enumerate(episodes):
+        used = min(number(record.get("time_bank_used_s")) or 0.0, bank)
+        tip = _tip(record, f"{fmt_duration(used)} ({fmt_share(used / bank)} of the bank)")
+        plot.bar(i, used, tip=tip, css=status(record))
+    plot.rule(bank, label=f"bank {fmt_duration(bank)}", css="budget")
+    return _figure(title, plot.svg(), EPISODE_LEGEND)
+
+
 def budget_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     budgets = summary.get("budgets") or {}
     parts = []
@@ -208,6 +221,9 @@ def budget_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> st
                 value_of=lambda r: think(r, "max"),
             )
         )
+        bank = number(budgets.get("time_bank_s"))
+        if bank:
+            parts.append(_time_bank_chart(episodes, bank))
     used, budget = number((summary.get("timing") or {}).get("evaluation_s")), number(budgets.get("overall_s"))
     if used is not None and budget:
         label = f"{fmt_duration(used)} of {fmt_duration(budget)} ({fmt_share(used / budget)})"

@@ -2,14 +2,22 @@
 
 Redis (the given one, or an embedded redis-server), the evaluator in this process, and the
 agent command as a child process with the connection settings in its environment.
+
+Stopping (Ctrl-C, SIGTERM, SIGHUP): the agent runs in its own process group, so a terminal's
+Ctrl-C reaches arbiter alone, which ends the evaluation as INTERRUPTED, passes the signal on to
+the agent's whole group at once, kills the group if it is still there ``AGENT_INTERRUPT_GRACE_S``
+later (at once on a second signal), then stops the embedded Redis. When ``arbiter run`` returns,
+no process of the agent's group is left.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import threading
+import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -22,6 +30,11 @@ from .progress import Progress
 log = logging.getLogger(__name__)
 
 AGENT_EXIT_GRACE_S = 10.0  # after the evaluation ends, time the agent gets to exit by itself
+AGENT_TERMINATE_GRACE_S = 5.0  # then, after SIGTERM, before SIGKILL
+# After an interrupt is passed on, time the agent gets to exit before its group is killed: enough
+# for a Python agent to unwind a KeyboardInterrupt, short enough that Ctrl-C means "stop now".
+AGENT_INTERRUPT_GRACE_S = 2.0
+AGENT_POLL_S = 0.02  # how often the wait for the agent to exit looks at the clock and at signals
 
 
 @dataclass
@@ -41,17 +54,72 @@ def agent_environment(redis_url: str, service_id: str, tests: str) -> dict[str, 
     return env
 
 
-def _stop_agent(agent: subprocess.Popen) -> None:
-    try:
-        agent.wait(timeout=AGENT_EXIT_GRACE_S)
-    except subprocess.TimeoutExpired:
-        log.warning("the agent did not exit %g s after the evaluation ended; terminating it", AGENT_EXIT_GRACE_S)
-        agent.terminate()
+class AgentProcess:
+    """The agent command, run in a process group of its own (its pgid is its pid).
+
+    ``interrupt`` is called from the signal handler, so it only sets attributes and sends
+    signals: no lock, no logging, no output."""
+
+    def __init__(self, command: list[str], env: dict[str, str]):
+        self.command = command
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self.interrupted_at: float | None = None  # monotonic time of the first stop signal
+        self._first_signal = signal.SIGINT
+        self._interrupts = 0
+
+    def start(self) -> None:
+        # A process group in a terminal's background is stopped (SIGTTIN) if it reads from the
+        # terminal: the agent reads an empty stdin instead.
+        stdin = subprocess.DEVNULL if os.isatty(0) else None
+        self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0)
+        if self._interrupts:  # a stop signal came while the agent was being started
+            self._signal_group(self._first_signal if self._interrupts == 1 else signal.SIGKILL)
+
+    def interrupt(self, signum: int) -> None:
+        """A stop signal reached arbiter: the first is passed on to the agent's group, the
+        second kills the group."""
+        self._interrupts += 1
+        if self._interrupts == 1:
+            self._first_signal = signum
+            self.interrupted_at = time.monotonic()
+        if self.process is not None:
+            self._signal_group(signum if self._interrupts == 1 else signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        assert self.process is not None
         try:
-            agent.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            agent.kill()
-            agent.wait()
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass  # every process of the group has exited
+
+    def stop(self, evaluation_ended_at: float) -> None:
+        """Give the agent its grace to exit by itself, then end its whole group."""
+        assert self.process is not None
+        terminated_at: float | None = None
+        while self.process.poll() is None:
+            now = time.monotonic()
+            if self.interrupted_at is not None:
+                if now >= self.interrupted_at + AGENT_INTERRUPT_GRACE_S:
+                    log.warning("the agent did not exit %g s after the interrupt; killing it", AGENT_INTERRUPT_GRACE_S)
+                    break
+            elif terminated_at is None and now >= evaluation_ended_at + AGENT_EXIT_GRACE_S:
+                log.warning(
+                    "the agent did not exit %g s after the evaluation ended; terminating it", AGENT_EXIT_GRACE_S
+                )
+                self._signal_group(signal.SIGTERM)
+                terminated_at = now
+            elif terminated_at is not None and now >= terminated_at + AGENT_TERMINATE_GRACE_S:
+                break
+            # Not process.wait(timeout): a signal arriving meanwhile shortens the grace.
+            time.sleep(AGENT_POLL_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL whatever is left of the agent's group (processes it started included); reap it."""
+        if self.process is not None:
+            self._signal_group(signal.SIGKILL)
+            self.process.wait()
 
 
 def run_local(
@@ -66,17 +134,18 @@ def run_local(
     redis_outage_s: float = 60.0,
 ) -> RunOutcome:
     embedded: EmbeddedRedis | None = None
-    if redis_url is None:
-        embedded = EmbeddedRedis()
-        embedded.start()
-        redis_url = embedded.url
-        if embedded.port != 6379:
-            progress.note(
-                f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
-                "flatland's FlatlandRemoteClient with its default port will not reach it"
-            )
-    agent = None
+    agent: AgentProcess | None = None
     try:
+        if redis_url is None:
+            embedded = EmbeddedRedis()
+            embedded.start()
+            redis_url = embedded.url
+            if embedded.port != 6379:
+                progress.note(
+                    f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
+                    "flatland's FlatlandRemoteClient with its default port will not reach it"
+                )
+        agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests))
         service = start_service(
             spec,
             tests=tests,
@@ -85,22 +154,26 @@ def run_local(
             service_id=service_id,
             progress=progress,
             redis_outage_s=redis_outage_s,
+            on_stop_signal=agent.interrupt,
         )
-        try:
-            agent = subprocess.Popen(agent_command, env=agent_environment(redis_url, service_id, tests))
-        except OSError as exc:
-            service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
-            summary = service.evaluation.summary()
-            progress.finished(summary, service.evaluation.records, results_dir)
-            return RunOutcome(summary, None, 1)
-
-        def watch_agent() -> None:
-            service.agent_exited(agent.wait())
-
-        threading.Thread(target=watch_agent, name="agent-watcher", daemon=True).start()
+        if not service.stop_requested:  # stopped while it started: the agent never runs
+            try:
+                agent.start()
+            except OSError as exc:
+                service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
+                service.transport.close()
+                summary = service.evaluation.summary()
+                progress.finished(summary, service.evaluation.records, results_dir)
+                return RunOutcome(summary, None, 1)
+            process = agent.process
+            threading.Thread(
+                target=lambda: service.agent_exited(process.wait()), name="agent-watcher", daemon=True
+            ).start()
         summary = run_to_end(service, progress, results_dir)
-        _stop_agent(agent)
-        status = agent.returncode
+        status = None
+        if agent.process is not None:
+            agent.stop(evaluation_ended_at=time.monotonic())
+            status = agent.process.returncode
         if summary["state"] == State.SUCCESS.value:
             exit_code = 0 if status in (0, None) else 1
         elif summary["state"] == State.INTERRUPTED.value:
@@ -109,8 +182,7 @@ def run_local(
             exit_code = 1
         return RunOutcome(summary, status, exit_code)
     finally:
-        if agent is not None and agent.poll() is None:
+        if agent is not None:
             agent.kill()
-            agent.wait()
         if embedded is not None:
             embedded.stop()

@@ -18,12 +18,19 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol import codec, keys
-from arbiter.protocol.errors import ArbiterError, ClientConflict, DecodeError, UnknownMessageType
+from arbiter.protocol.errors import (
+    ArbiterError,
+    DecodeError,
+    EvaluationError,
+    OutOfOrder,
+    ProtocolError,
+    UnknownMessageType,
+)
 from arbiter.protocol.messages import FLATLAND_RL, error_reply, extension
 
-from .clients import ClientGate, Verdict
+from .clients import HANDSHAKES, ClientGate, Verdict, other_client_reply
 from .evaluation import Evaluation
-from .transport import RedisTransport, RedisUnavailable
+from .transport import RedisTransport, RedisUnavailable, StopRequested
 
 log = logging.getLogger(__name__)
 
@@ -33,21 +40,39 @@ log = logging.getLogger(__name__)
 FLOOD_QUEUE_LIMIT = 50_000
 FLOOD_CHECK_EVERY = 1000
 FLOOD_CHECK_S = 1.0
+# What ends an evaluation from outside: an orchestrator (SIGTERM), Ctrl-C, a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PICKLE_REFUSED = (
+    "this evaluator refuses pickled requests (it runs with --refuse-pickle, or accept_pickle = false in its "
+    "competition file): create the client with FlatlandRemoteClient(use_pickle=False)"
+)
 
 
 class EvaluatorService:
-    def __init__(self, evaluation: Evaluation, transport: RedisTransport, flood_queue_limit: int = FLOOD_QUEUE_LIMIT):
+    def __init__(
+        self,
+        evaluation: Evaluation,
+        transport: RedisTransport,
+        flood_queue_limit: int = FLOOD_QUEUE_LIMIT,
+        accept_pickle: bool = True,
+    ):
         self.evaluation = evaluation
         self.transport = transport
         self.flood_queue_limit = flood_queue_limit
         self._handled_since_check = 0
         self._last_flood_check = time.monotonic()
-        self.gate = ClientGate()
+        self.gate = ClientGate(evaluation.takeover_after_s)
+        # What is queued before this evaluator serves was sent to an earlier one (a --resume):
+        # a live client sends it again, and a dead one's must not bind the evaluation.
+        self._leftovers = transport.queued()
+        # flatland's client with use_pickle=True pickles its requests and unpickles what it
+        # gets back: errors-list entries go in the wire format of the client applied last.
+        self.accept_pickle = accept_pickle
+        self.client_wire = codec.MSGPACK
         self._outages_seen = 0  # transport outages already accounted for
         self._downtime_seen_s = 0.0
         self.service_id = transport.service_id
-        self._stop = threading.Event()
-        self._stop_reason = ""
+        self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
         self._agent_gone = threading.Event()
         self._agent_status: int | None = None
         self.clock = time.monotonic
@@ -59,8 +84,15 @@ class EvaluatorService:
         }
 
     def request_stop(self, reason: str) -> None:
-        self._stop_reason = reason
-        self._stop.set()
+        """End the evaluation as INTERRUPTED with ``reason`` (the first one given) as soon as
+        the loop sees it; safe in a signal handler (it only sets attributes)."""
+        if not self._stop_reason:
+            self._stop_reason = reason
+        self.transport.request_stop()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.transport.stop_requested
 
     def _lost_in_outage(self, type_: str, lost: int, now: float) -> bool:
         """Requests went missing before this one; returns whether to go on and apply it.
@@ -74,7 +106,7 @@ class EvaluatorService:
             return True
         self._outages_seen = self.transport.outages
         for error in self.evaluation.replay_current_episode(self.clock()):
-            self.transport.push_error(codec.encode(error))
+            self.transport.push_error(codec.encode(error, wire=self.client_wire))
         # A step of the discarded episode is not applied; anything else (ENV_CREATE) goes on.
         return type_ != FLATLAND_RL.ENV_STEP
 
@@ -83,14 +115,20 @@ class EvaluatorService:
         self._agent_status = status
         self._agent_gone.set()
 
-    def install_signal_handlers(self) -> None:
-        """SIGTERM/SIGINT end the evaluation as INTERRUPTED with everything finished kept."""
+    def install_signal_handlers(self, also: Callable[[int], None] | None = None) -> None:
+        """SIGTERM, SIGINT and SIGHUP end the evaluation as INTERRUPTED at once, with everything
+        finished kept: a wait for Redis the signal cuts into (a blocking pop, a hung Redis, an
+        outage being ridden out) is abandoned. ``also(signum)`` hears of every such signal
+        (``arbiter run`` passes it on to the agent); like the handler it must take no lock."""
 
         def handler(signum: int, frame: Any) -> None:
             self.request_stop(f"stopped by {signal.Signals(signum).name}")
+            if also is not None:
+                also(signum)
+            self.transport.interrupt_wait()  # raises StopRequested inside a wait for Redis
 
-        signal.signal(signal.SIGTERM, handler)
-        signal.signal(signal.SIGINT, handler)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, handler)
 
     def run(self) -> dict[str, Any]:
         evaluation = self.evaluation
@@ -98,7 +136,12 @@ class EvaluatorService:
             try:
                 if not self._serve_once():
                     break
+            except StopRequested:
+                self._account_downtime()
+                evaluation.interrupt(self._stop_reason)
+                break
             except RedisUnavailable as exc:
+                self._account_downtime()
                 evaluation.interrupt(str(exc))
                 break
             except Exception as exc:  # a bug of ours: end with a summary that says so, never a traceback
@@ -113,12 +156,12 @@ class EvaluatorService:
         deadline = evaluation.deadline()
         raw = self.transport.pop(
             deadline.at,
-            should_stop=lambda: self._stop.is_set() or self._agent_gone.is_set(),
+            should_stop=self._agent_gone.is_set,
             idle_pending=evaluation.preparation_pending,
             idle_work=evaluation.prepare_ahead,
         )
         self._account_downtime()
-        if self._stop.is_set():
+        if self.transport.stop_requested:
             evaluation.interrupt(self._stop_reason)
             return False
         if raw is None and self._agent_gone.is_set():
@@ -132,7 +175,7 @@ class EvaluatorService:
             deadline = evaluation.deadline()  # an outage may have moved it
             if now >= deadline.at:
                 for error in evaluation.expire(deadline, now):
-                    self.transport.push_error(codec.encode(error))
+                    self.transport.push_error(codec.encode(error, wire=self.client_wire))
             return True
         self.handle(raw, now)
         self._outages_seen = self.transport.outages
@@ -161,10 +204,23 @@ class EvaluatorService:
             self._downtime_seen_s = self.transport.downtime_s
             self.evaluation.add_downtime(new_downtime_s)
 
+    def _refuse_pickle(self, reply_to: str | None) -> None:
+        """A pickling client while pickle is off: told why in the format it reads, so it fails
+        at once instead of waiting for a reply it could not read."""
+        self.evaluation.counters["refused_pickles"] += 1
+        log.warning("refused a pickled request: %s", PICKLE_REFUSED)
+        if reply_to is not None:
+            response = error_reply(ProtocolError.code, PICKLE_REFUSED)
+            self.transport.reply(reply_to, codec.encode(response, wire=codec.PICKLE))
+
     def handle(self, raw: bytes, now: float) -> None:
         counters = self.evaluation.counters
+        if self._leftovers:
+            self._leftovers -= 1
+            counters["leftover_requests"] += 1
+            return
         try:
-            message = codec.decode(raw, codec.COMMAND_LIMITS)
+            message, wire = codec.decode_request(raw, codec.COMMAND_LIMITS)
             if not isinstance(message, dict):
                 raise DecodeError(f"a request must be a map, got {type(message).__name__}")
         except DecodeError as exc:
@@ -175,6 +231,11 @@ class EvaluatorService:
         reply_to = channel if keys.is_valid_response_channel(channel, self.service_id) else None
         if channel is not None and reply_to is None:
             counters["bad_reply_channels"] += 1
+        if wire == codec.PICKLE:
+            if not self.accept_pickle:
+                self._refuse_pickle(reply_to)
+                return
+            counters["pickled_requests"] += 1
         payload = message.get("payload")
         if not isinstance(payload, dict):
             payload = {}
@@ -185,18 +246,27 @@ class EvaluatorService:
             if handler is None:
                 counters["unknown_types"] += 1
                 raise UnknownMessageType(f"unknown request type {str(type_)[:80]!r}")
-            admission = self.gate.admit(extension(payload))
+            admission = self.gate.admit(extension(payload), now, handshake=type_ in HANDSHAKES)
+            if admission.verdict is Verdict.UNBOUND:
+                counters["unbound_requests"] += 1
+                raise OutOfOrder("no client has started this evaluation: PING (or ENV_CREATE) first")
             if admission.verdict is Verdict.FOREIGN:
                 counters["foreign_requests"] += 1
-                raise ClientConflict("another client is running this evaluation (one client per evaluation)")
-            if admission.verdict is Verdict.STALE:
+                counters["errors_other_client"] += 1
+                log.warning("request %s refused: another client is bound to this evaluation", str(type_)[:80])
+                response = other_client_reply(admission)
+            elif admission.verdict is Verdict.STALE:
                 counters["stale_requests"] += 1
                 return
-            if admission.verdict is Verdict.RESEND:
+            elif admission.verdict is Verdict.RESEND:
                 counters["resent_requests"] += 1
                 response = admission.cached_reply
             else:
                 self.evaluation.check_overall(now)
+                if admission.took_over_after_s is not None:
+                    self.evaluation.take_over(admission.took_over_after_s, now)
+                    if self.evaluation.finished:  # the episode it timed out was the last one allowed
+                        raise EvaluationError(self.evaluation.termination_cause)
                 if admission.lost and not self._lost_in_outage(type_, admission.lost, now):
                     return
                 response = handler(payload, now)
@@ -212,5 +282,6 @@ class EvaluatorService:
             response = error_reply("EVALUATION", "the evaluator failed; see its summary for the cause")
         if admission is not None and admission.verdict is Verdict.APPLY:
             self.gate.remember(admission, response)
+            self.client_wire = wire
         if response is not None and reply_to is not None:
-            self.transport.reply(reply_to, codec.encode(response))
+            self.transport.reply(reply_to, codec.encode(response, wire=wire))

@@ -5,15 +5,22 @@ BRPOP can return up to ~100 ms after its timeout. Budgets must be exact, so the 
 blocks with BRPOP only until ``POLL_MARGIN_S`` before the deadline and covers the last stretch
 with non-blocking RPOPs; the final RPOP happens after the deadline, so a command queued before
 the deadline is always seen, and nothing queued is ever dropped.
+
+A stop must end the evaluation at once whatever Redis does (an orchestrator's SIGTERM is followed
+by SIGKILL), so no wait here outlives one: a stop from a signal handler ends the Redis call or
+the outage its thread is in at once (``interrupt_wait``); one from another thread is seen within
+``MAX_BLOCK_S`` by a pop and within ``STOP_CHECK_S`` between reconnection attempts.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
 import functools
 import logging
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import redis
@@ -29,7 +36,7 @@ POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
 # a timeout that could round down to 0.
 MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
-MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop request
+MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop requested by another thread
 # Work done while waiting (preparing the next episode) runs only when the deadline is further
 # away than this: far longer than that work takes, so it never delays a budget decision.
 IDLE_WORK_MARGIN_S = 2.0
@@ -40,12 +47,23 @@ REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of 
 
 
 DEFAULT_OUTAGE_LIMIT_S = 60.0
+OUTAGE_FIRST_PAUSE_S = 0.05  # between reconnection attempts: doubling from this ...
+OUTAGE_MAX_PAUSE_S = 1.0  # ... up to this
+STOP_CHECK_S = 0.05  # how often a pause between reconnection attempts looks for a stop request
 
 
 class RedisUnavailable(ArbiterError):
     """Redis stayed unreachable longer than the evaluator's outage limit."""
 
     code = "REDIS_UNAVAILABLE"
+
+
+class StopRequested(BaseException):
+    """A stop ended a wait for Redis: the evaluation ends as INTERRUPTED, at once.
+
+    A BaseException, like KeyboardInterrupt, because it may be raised by a signal handler in the
+    middle of any Redis call: it must pass every ``except Exception`` on its way to the service
+    loop. A Redis connection it cut off is disconnected by redis-py and never used again."""
 
 
 class RedisTransport:
@@ -63,34 +81,77 @@ class RedisTransport:
         self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
         self.downtime_s = 0.0
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
+        # Plain attributes, not a threading.Event: a signal handler sets and reads them, and one
+        # that took a lock the interrupted code held would deadlock.
+        self.stop_requested = False
+        self._waiting_thread: int | None = None  # the thread inside a Redis call or an outage
+
+    def request_stop(self) -> None:
+        """Give up waiting for Redis: a pop returns, an outage is no longer ridden out."""
+        self.stop_requested = True
+
+    def interrupt_wait(self) -> None:
+        """For a signal handler: if its thread is inside a Redis call or riding out an outage
+        (a hung Redis answers nothing for ``socket_timeout``), end that wait now by raising
+        StopRequested there. At most once: the handler of a second signal raises nothing."""
+        if self._waiting_thread is not None and self._waiting_thread == threading.get_ident():
+            self._waiting_thread = None
+            raise StopRequested
+
+    @contextlib.contextmanager
+    def _waiting(self) -> Iterator[None]:
+        self._waiting_thread = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._waiting_thread = None
 
     def _call(self, command: Callable[[], Any]) -> Any:
-        while True:
-            try:
-                return command()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                self._ride_out_outage(exc)
+        with self._waiting():
+            while True:
+                try:
+                    return command()
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    self._ride_out_outage(exc)
 
     def _ride_out_outage(self, exc: Exception) -> None:
+        """Reconnect with backoff until Redis answers, the outage limit passes (RedisUnavailable)
+        or a stop is requested (StopRequested). What the outage lasted is in ``downtime_s``
+        either way, so it is never charged to the participant."""
         started = time.monotonic()
         self.outages += 1
         log.warning("Redis unreachable (%s); retrying for up to %g s", exc, self.outage_limit_s)
-        pause_s = 0.05
-        while True:
-            if time.monotonic() - started > self.outage_limit_s:
-                raise RedisUnavailable(
-                    f"Redis at {redacted(self.redis_url)} unreachable for more than {self.outage_limit_s:g} s: {exc}"
-                ) from exc
-            time.sleep(pause_s)
-            pause_s = min(pause_s * 2, 1.0)
-            try:
-                self.redis.ping()
-                break
-            except (redis.ConnectionError, redis.TimeoutError):
-                continue
-        down_s = time.monotonic() - started
-        self.downtime_s += down_s
+        pause_s = OUTAGE_FIRST_PAUSE_S
+        try:
+            while True:
+                if time.monotonic() - started > self.outage_limit_s:
+                    raise RedisUnavailable(
+                        f"Redis at {redacted(self.redis_url)} unreachable for more than {self.outage_limit_s:g} s: "
+                        f"{exc}"
+                    ) from exc
+                self._pause(pause_s)
+                pause_s = min(pause_s * 2, OUTAGE_MAX_PAUSE_S)
+                try:
+                    self.redis.ping()
+                    break
+                except (redis.ConnectionError, redis.TimeoutError):
+                    continue
+        finally:
+            down_s = time.monotonic() - started
+            self.downtime_s += down_s
         log.warning("Redis is back after %.2f s", down_s)
+
+    def _pause(self, pause_s: float) -> None:
+        """Sleep between reconnection attempts, in short slices so that a stop requested by
+        another thread ends it promptly (a signal handler's stop ends it at once)."""
+        wake_at = time.monotonic() + pause_s
+        while True:
+            if self.stop_requested:
+                raise StopRequested
+            left_s = wake_at - time.monotonic()
+            if left_s <= 0:
+                return
+            time.sleep(min(left_s, STOP_CHECK_S))
 
     def clear(self) -> None:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
@@ -117,7 +178,7 @@ class RedisTransport:
         if self._batch:
             return self._batch.popleft()
         outages = self.outages
-        while not should_stop():
+        while not (self.stop_requested or should_stop()):
             remaining = deadline - time.monotonic()
             block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
             idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
