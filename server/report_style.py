@@ -75,6 +75,14 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; overflow-wrap: 
 .track { fill: #eef1f4; }
 .mark.used { fill: var(--blue); }
 .mark.over { fill: var(--red); }
+.line { fill: none; stroke: var(--blue); stroke-width: 1.6; }
+.line.eval, .line.second { stroke: var(--green); }
+.line.third { stroke: var(--amber); }
+.area { fill: var(--blue); fill-opacity: .12; stroke: none; }
+.rule.goal line { stroke: var(--green); }
+.rule.goal text { fill: var(--green); font-weight: 600; }
+.mark.converged { fill: var(--green); }
+.mark.point { fill: var(--red); }
 @media (max-width: 800px) {
   .counts { grid-template-columns: repeat(2, 1fr); }
   .columns { grid-template-columns: 1fr; }

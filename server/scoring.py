@@ -31,7 +31,7 @@ class ScoringRule(Protocol):
         (its bootstrap is too slow to run after every episode of a long evaluation)."""
 
 
-def _spread(values: list[float], seed: int = 0) -> dict[str, Any]:
+def spread(values: list[float], seed: int = 0) -> dict[str, Any]:
     """Standard deviation, and a bootstrap 95% interval of the mean once there are 10+ values."""
     spread: dict[str, Any] = {"n": len(values), "std": statistics.pstdev(values) if values else None}
     if len(values) >= 10:
@@ -63,7 +63,7 @@ def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: st
             "primary": _per_test(episodes, "normalized_return", primary_of),
             "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
         },
-        "spread": {"primary": _spread(returns), "secondary": _spread(arrived)},
+        "spread": {"primary": spread(returns), "secondary": spread(arrived)},
     }
 
 

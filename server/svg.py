@@ -235,3 +235,88 @@ def gauge(name: str, *, used: float, budget: float, title: str, label: str) -> s
         f'<text class="tick" x="{LEFT}" y="{bar_top + bar_height + 16}">{escape(label)}</text>'
         "</svg>"
     )
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line of an XY chart: points in x order; ``step`` draws a step curve (a value holds
+    until the next point), ``fill`` shades the area under it."""
+
+    css: str
+    points: Sequence[tuple[float, float]]
+    label: str
+    step: bool = False
+    fill: bool = False
+
+
+def xy_chart(
+    name: str,
+    *,
+    title: str,
+    series: Sequence[Series],
+    x_axis: Axis,
+    y_axis: Axis,
+    x_format: Callable[[float], str],
+    y_format: Callable[[float], str],
+    y_rules: Sequence[tuple[float, str, str]] = (),
+    points: Sequence[tuple[float, float, str, str]] = (),
+    height: int = HEIGHT,
+) -> str:
+    """A chart of lines over a numeric x axis (learning curves): ``y_rules`` are (value, label,
+    css) reference lines, ``points`` (x, y, tip, css) marked dots such as a convergence point."""
+    plot_w, plot_h = WIDTH - LEFT - RIGHT, height - TOP - BOTTOM
+
+    def px(x: float) -> float:
+        return LEFT + x_axis.fraction(x) * plot_w
+
+    def py(y: float) -> float:
+        return TOP + (1.0 - y_axis.fraction(y)) * plot_h
+
+    parts: list[str] = []
+    for tick in y_axis.ticks():
+        parts.append(
+            f'<line class="grid" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{_num(py(tick))}" y2="{_num(py(tick))}"/>'
+            f'<text class="tick" x="{LEFT - 8}" y="{_num(py(tick) + 4)}" text-anchor="end">'
+            f"{escape(y_format(tick))}</text>"
+        )
+    for tick in x_axis.ticks():
+        parts.append(
+            f'<text class="tick" x="{_num(px(tick))}" y="{height - BOTTOM + 16}" text-anchor="middle">'
+            f"{escape(x_format(tick))}</text>"
+        )
+    bottom = height - BOTTOM
+    parts.append(f'<line class="axis" x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{bottom}" y2="{bottom}"/>')
+    count = 0
+    for line in series:
+        coords: list[tuple[float, float]] = []
+        for i, (x, y) in enumerate(line.points):
+            if line.step and i:
+                coords.append((px(x), coords[-1][1]))
+            coords.append((px(x), py(y)))
+        if not coords:
+            continue
+        count += len(line.points)
+        path = " ".join(f"{_num(x)},{_num(y)}" for x, y in coords)
+        if line.fill:
+            area = f"{_num(coords[0][0])},{bottom} {path} {_num(coords[-1][0])},{bottom}"
+            parts.append(f'<polygon class="area {escape(line.css)}" points="{area}"/>')
+        parts.append(
+            f'<polyline class="line {escape(line.css)}" data-points="{len(line.points)}" points="{path}">'
+            f"<title>{escape(line.label)}</title></polyline>"
+        )
+    for value, label, css in y_rules:
+        y = py(value)
+        parts.append(
+            f'<g class="rule {escape(css)}"><line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{_num(y)}" y2="{_num(y)}"/>'
+            f'<text x="{WIDTH - RIGHT - 4}" y="{_num(y - 4)}" text-anchor="end">{escape(label)}</text></g>'
+        )
+    for x, y, tip, css in points:
+        count += 1
+        parts.append(
+            f'<circle class="mark {escape(css)}" data-value="{y:.6g}" cx="{_num(px(x))}" cy="{_num(py(y))}" r="5">'
+            f"<title>{escape(tip)}</title></circle>"
+        )
+    return (
+        f'<svg class="chart" data-chart="{escape(name)}" data-points="{count}" viewBox="0 0 {WIDTH} {height}" '
+        f'role="img" aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">{"".join(parts)}</svg>'
+    )

@@ -1,0 +1,124 @@
+"""``RemoteEnv``: a real ``gymnasium.Env`` whose env lives on the evaluator.
+
+For every format that keeps its env on the server (two-phase, DIAMBRA, MetaLC): ``reset()`` asks
+the evaluator for its next episode (``ENV_CREATE``) and ``step(action)`` sends the action and
+returns the evaluator's ``(observation, reward, terminated, truncated, info)``. The spaces come
+from the evaluator at the handshake. Training loops written for Gymnasium (a hand-written loop,
+stable-baselines3, CleanRL) use it unchanged.
+
+Seeds, env ids and options are the organiser's: ``reset(seed=...)`` cannot choose the seed (the
+evaluator resets with its own and reports it in ``info["arbiter"]["seed"]``). Every wait has a
+timeout (``ServerUnavailable``); a budget timeout raises ``TimeoutException`` (a
+``StopAsyncIteration``) at the next call, as in ``RemoteClient``. When the evaluator ends a
+training stage (converged, or its step limit), the next ``reset()`` or ``step()`` raises
+``StopIteration``, as ReinforceLab's convergence monitor does.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import gymnasium
+
+from arbiter.protocol.errors import ArbiterError, OutOfOrder
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
+from arbiter.protocol.spaces import space_from_wire
+
+from .wire import Wire
+
+log = logging.getLogger(__name__)
+
+
+class RemoteEnv(gymnasium.Env):
+    metadata: dict[str, Any] = {"render_modes": []}
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        service_id: str | None = None,
+        *,
+        reply_timeout_s: float | None = None,
+    ):
+        super().__init__()
+        self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s)
+        pong = self.wire.request(FLATLAND_RL.PING, {"version": f"arbiter-{PROTOCOL_VERSION}"})
+        if pong["type"] != FLATLAND_RL.PONG:
+            raise ArbiterError(f"handshake failed: expected PONG, got {pong['type']!r}")
+        self.server_info = extension(pong.get("payload"))
+        if "spaces" not in self.server_info:
+            raise ArbiterError(
+                "this evaluator keeps no env on the server (a Flatland evaluation): use arbiter.client.RemoteClient"
+            )
+        self.wire.resend_all = "protocol" in self.server_info
+        self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
+        self.action_space = space_from_wire(self.server_info["spaces"]["action"])
+        self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))
+        self.next_item: int = int(self.server_info.get("next", 0))  # where the evaluation stands
+        self.episode: dict[str, Any] = {}  # the running episode's place in the plan (phase, stage, run, seed ...)
+        self.finished = False  # the evaluation has no episode left
+        self._stage: dict[str, Any] | None = None
+        self._stage_over = False
+        self._ignored_seed_warned = False
+
+    # -- stages (used by runners that follow the plan, e.g. arbiter.client.reinforcelab) --------
+
+    def begin_stage(self, stage: dict[str, Any]) -> None:
+        """Play ``stage`` (one of ``self.stages``) next: a training stage's resets stay in it, an
+        evaluation stage's resets go through its episodes in order."""
+        self._stage = stage
+        self._stage_over = False
+        self.next_item = max(self.next_item, stage["items"][0])
+
+    def _expected_item(self) -> int | None:
+        stage = self._stage
+        if stage is None:
+            return None
+        return stage["items"][0] if stage["stage"] == "train" else self.next_item
+
+    # -- gymnasium.Env --------------------------------------------------------------------------
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        if seed is not None and not self._ignored_seed_warned:
+            log.warning("the evaluator chooses every reset's seed; reset(seed=%r) is ignored", seed)
+            self._ignored_seed_warned = True
+        if self._stage_over and self.episode.get("stage") == "train":
+            raise StopIteration("the evaluator ended this training run")
+        payload: dict[str, Any] = {}
+        expected = self._expected_item()
+        if expected is not None:
+            payload[EXTENSION_KEY] = {"item": expected}
+        body = self.wire.request(FLATLAND_RL.ENV_CREATE, payload)["payload"]
+        ext = extension(body)
+        if ext.get("finished"):
+            self.finished = True
+            raise StopIteration("the evaluation has no episode left")
+        self.episode = {k: v for k, v in ext.items() if k not in ("finished",)}
+        item = ext.get("episode")
+        if isinstance(item, int):
+            self.next_item = item + 1
+        self._stage_over = False
+        info = dict(body.get("info") or {})
+        info[EXTENSION_KEY] = self.episode
+        return body.get("observation"), info
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
+        if self._stage_over and self.episode.get("stage") == "train":
+            raise StopIteration("the evaluator ended this training run")
+        if not self.episode:
+            raise OutOfOrder("step() before reset(): there is no running episode")
+        body = self.wire.request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: {"reply": True}})["payload"]
+        ext = extension(body)
+        self._stage_over = bool(ext.get("stage_over"))
+        info = dict(body.get("info") or {})
+        if ext:
+            info[EXTENSION_KEY] = ext
+        return body["observation"], float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+
+    def submit(self) -> dict[str, Any]:
+        """End the evaluation; returns the scores the evaluator computed."""
+        return self.wire.request(FLATLAND_RL.ENV_SUBMIT, {})["payload"]
+
+    def close(self) -> None:
+        self.wire.close()
+        super().close()

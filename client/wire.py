@@ -1,0 +1,155 @@
+"""The client's side of the wire, shared by every client of arbiter (``RemoteClient`` for
+Flatland, ``RemoteEnv`` for envs that live on the server).
+
+Every request carries this client's session id and a sequence number, so the evaluator applies
+it once however often it is resent; every wait has a timeout (a dead evaluator raises
+``ServerUnavailable``, never hangs); the errors list is checked before every request, and a
+timeout found there raises ``TimeoutException``.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from arbiter.protocol import codec, keys
+from arbiter.protocol.errors import (
+    ArbiterError,
+    EpisodeLost,
+    ServerUnavailable,
+    TimeoutException,
+    error_from_payload,
+)
+from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, request
+from arbiter.protocol.redis_conn import connect, redacted
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
+DEFAULT_REPLY_TIMEOUT_S = 60.0
+RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator may restart)
+
+
+def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[str, str]:
+    """The keywords; else the environment (``ARBITER_REDIS_URL``, else ``redis_ip`` as flatland's
+    client reads it, on port 6379; ``AICROWD_SUBMISSION_ID``); else flatland's defaults."""
+    url = (
+        redis_url
+        or os.environ.get("ARBITER_REDIS_URL")
+        or (f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0")
+    )
+    sid = keys.validate_service_id(service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    return url, sid
+
+
+def reply_timeout(reply_timeout_s: float | None) -> float:
+    if reply_timeout_s is None:
+        reply_timeout_s = float(os.environ.get("ARBITER_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S))
+    if not reply_timeout_s > 0:
+        raise ValueError(f"reply_timeout_s must be positive, got {reply_timeout_s!r}")
+    return reply_timeout_s
+
+
+class Wire:
+    """Requests and replies over Redis for one client session."""
+
+    def __init__(
+        self,
+        redis_url: str | None = None,
+        service_id: str | None = None,
+        *,
+        reply_timeout_s: float | None = None,
+        resend_after_s: float = RESEND_AFTER_S,
+    ):
+        self.redis_url, self.service_id = connection_settings(redis_url, service_id)
+        self.reply_timeout_s = reply_timeout(reply_timeout_s)
+        self.resend_after_s = resend_after_s
+        self.session = uuid.uuid4().hex  # binds the evaluation to this client
+        self.seq = 0
+        self.redis = connect(self.redis_url, socket_timeout_s=self.reply_timeout_s + 10.0)
+        self.commands_key = keys.commands_key(self.service_id)
+        self.errors_key = keys.errors_key(self.service_id)
+        self.resend_all = False  # arbiter's evaluator answered: every request may be resent
+
+    def tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
+        """The request, with this client's session and next sequence number (server/clients.py)."""
+        self.seq += 1
+        ext = dict(payload.get(EXTENSION_KEY, {}))
+        ext.update(session=self.session, seq=self.seq)
+        return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
+
+    def raise_pending_timeout(self, error: bytes | None) -> None:
+        if error is None:
+            return
+        try:
+            message = codec.decode(error, codec.COMMAND_LIMITS)
+            kind = message.get("type") if isinstance(message, dict) else None
+        except ArbiterError:
+            kind = None
+        if kind == EPISODE_LOST:
+            raise EpisodeLost("the evaluator lost this episode's steps in a Redis outage; starting it again replays it")
+        if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
+            raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
+        raise TimeoutException("the evaluator timed out this episode: step budget exceeded")
+
+    def request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
+        """Send one request and wait for its reply; an ERROR reply is raised as its error class."""
+        wait_s = self.reply_timeout_s if wait_s is None else wait_s
+        give_up = time.monotonic() + wait_s
+        self.raise_pending_timeout(self.with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up))
+        channel = keys.response_key(self.service_id, uuid.uuid4().hex)
+        message = self.tagged(type_, payload, channel)
+        # arbiter's evaluator answers a resent request from its cache, so resending after a lost
+        # message is safe; flatland's would apply it twice, so only its PING is resent.
+        resend = type_ == FLATLAND_RL.PING or self.resend_all
+        self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        while True:
+            left = give_up - time.monotonic()
+            chunk = min(left, self.resend_after_s) if resend else left
+            # Redis rounds a blocking timeout to milliseconds and 0 means forever: never send < 10 ms.
+            block_s = round(max(chunk, 0.01), 3)
+            found = self.with_reconnect(functools.partial(self.redis.blpop, [channel], timeout=block_s), type_, give_up)
+            if found is not None:
+                break
+            if time.monotonic() >= give_up:
+                raise ServerUnavailable(
+                    f"no reply to {type_} from the evaluator within {wait_s:g} s "
+                    f"(Redis {redacted(self.redis_url)}, service id {self.service_id!r}): is the evaluator running?"
+                )
+            if resend:
+                self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        response = codec.decode(found[1], codec.REPLY_LIMITS)
+        if not isinstance(response, dict) or "type" not in response:
+            raise ArbiterError(f"malformed reply to {type_}")
+        if response["type"] == FLATLAND_RL.ERROR:
+            error = error_from_payload(response.get("payload"))
+            if isinstance(error, TimeoutException):
+                # The evaluator also posted this timeout on the errors list (before answering):
+                # it is told now, so it must not be raised a second time by the next call.
+                self.with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+            raise error
+        return response
+
+    def with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
+        """Run a Redis call, retrying through connection errors (a Redis restart) until ``give_up``."""
+        pause_s = 0.05
+        while True:
+            try:
+                return call()
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() + pause_s >= give_up:
+                    raise ServerUnavailable(
+                        f"cannot reach Redis at {redacted(self.redis_url)} for {type_}: {exc}"
+                    ) from exc
+                log.warning("Redis unreachable (%s); retrying", exc)
+                time.sleep(pause_s)
+                pause_s = min(pause_s * 2, 1.0)
+
+    def close(self) -> None:
+        self.redis.close()

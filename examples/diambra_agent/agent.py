@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""A DIAMBRA Arena agent script, written as DIAMBRA's documentation writes one.
+
+The loop runs until ``info["env_done"]``: the evaluation decides how many episodes it plays, so
+the same script serves an evaluation of 1, 3 or 10 episodes. The agent here presses random
+buttons; put a trained policy in ``choose_action``.
+
+    python examples/diambra_agent/agent.py --game doapp --difficulty hard --episodes 2
+
+``make_evaluation_env`` plays the evaluation in this process on diambra-arena's engine mock (or
+on the DIAMBRA engine named by ``DIAMBRA_ENVS``, as ``diambra run`` sets it) and prints the score
+arbiter computes. Needs ``pip install -e ".[diambra]"``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from typing import Any
+
+from arbiter.server.formats.diambra.engine import engine_address_from_environ
+from arbiter.server.formats.diambra.local import LocalEvaluation
+from arbiter.server.formats.diambra.settings import DiambraSettings
+
+
+def make_evaluation_env(game: str, difficulty: str, episodes: int, seed: int | None) -> LocalEvaluation:
+    """The env of one evaluation, played in process. Against an arbiter server the same loop
+    steps ``arbiter.client.RemoteEnv`` instead."""
+    settings = DiambraSettings(game=game, difficulty=difficulty, episodes=episodes, frame_shape=[128, 128, 1])
+    return LocalEvaluation(settings, seed=seed, engine_address=engine_address_from_environ(os.environ))
+
+
+def choose_action(env: Any, observation: Any) -> Any:
+    return env.action_space.sample()
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--game", default="doapp")
+    parser.add_argument("--difficulty", default="easy", choices=["easy", "medium", "hard"])
+    parser.add_argument("--episodes", type=int, default=1)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args(argv)
+
+    env = make_evaluation_env(args.game, args.difficulty, args.episodes, args.seed)
+    observation, info = env.reset()
+    while True:
+        action = choose_action(env, observation)
+        observation, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            observation, info = env.reset()
+            if info["env_done"]:
+                break
+    result = env.result()
+    env.close()
+
+    summary = {
+        "score": result["primary"],
+        "mean_reward": result["secondary"],
+        "episodes": [
+            {k: r[k] for k in ("episode", "reward", "k", "score", "bounds", "bounds_source", "seed", "engine")}
+            for r in env.records
+        ],
+    }
+    print(json.dumps(summary, indent=2))
+    return summary
+
+
+if __name__ == "__main__":
+    main()

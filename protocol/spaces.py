@@ -1,0 +1,124 @@
+"""Gymnasium spaces as plain data, so they travel at the handshake through the one codec.
+
+Supported: Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of those (nested). A
+space travels as a map ``{"type": ..., ...}`` of ints, strings, lists and numpy arrays (which the
+codec carries for plain dtypes only); nothing is pickled, and an unknown or malformed map is a
+``DecodeError``. gymnasium is imported only to build spaces, never to describe them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .errors import DecodeError
+
+_MAX_NESTING = 8
+_MAX_MEMBERS = 1024
+
+
+def space_to_wire(space: Any) -> dict[str, Any]:
+    """The plain-data description of a gymnasium space."""
+    kind = type(space).__name__
+    if kind == "Box":
+        return {"type": "Box", "low": space.low, "high": space.high, "dtype": space.dtype.str}
+    if kind == "Discrete":
+        return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
+    if kind == "MultiDiscrete":
+        return {"type": "MultiDiscrete", "nvec": space.nvec, "start": space.start}
+    if kind == "MultiBinary":
+        n = space.n
+        return {"type": "MultiBinary", "n": [int(x) for x in np.atleast_1d(n)]}
+    if kind == "Dict":
+        return {"type": "Dict", "spaces": {str(k): space_to_wire(s) for k, s in space.spaces.items()}}
+    if kind == "Tuple":
+        return {"type": "Tuple", "spaces": [space_to_wire(s) for s in space.spaces]}
+    raise TypeError(f"arbiter cannot send a {kind} space; supported: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple")
+
+
+def _array(data: dict[str, Any], key: str, kind: str) -> np.ndarray:
+    value = data.get(key)
+    if not isinstance(value, np.ndarray) or value.dtype.kind not in kind:
+        raise DecodeError(f"space field {key!r} must be a numpy array of kind {kind!r}")
+    return value
+
+
+def space_from_wire(data: Any, _depth: int = 0) -> Any:
+    """Rebuild a gymnasium space from ``space_to_wire``'s description."""
+    from gymnasium import spaces
+
+    if _depth > _MAX_NESTING:
+        raise DecodeError(f"space nested deeper than {_MAX_NESTING} levels")
+    if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+        raise DecodeError("a space must be a map with a 'type'")
+    kind = data["type"]
+    try:
+        if kind == "Box":
+            low, high = _array(data, "low", "biuf"), _array(data, "high", "biuf")
+            dtype = np.dtype(str(data.get("dtype")))
+            if low.shape != high.shape:
+                raise DecodeError("Box low and high differ in shape")
+            return spaces.Box(low=low, high=high, shape=low.shape, dtype=dtype)
+        if kind == "Discrete":
+            n, start = data.get("n"), data.get("start", 0)
+            if type(n) is not int or type(start) is not int or n < 1:
+                raise DecodeError("Discrete needs whole numbers n >= 1 and start")
+            return spaces.Discrete(n, start=start)
+        if kind == "MultiDiscrete":
+            return spaces.MultiDiscrete(_array(data, "nvec", "iu"), start=_array(data, "start", "iu"))
+        if kind == "MultiBinary":
+            n = data.get("n")
+            if not isinstance(n, list) or not n or not all(type(x) is int and x > 0 for x in n):
+                raise DecodeError("MultiBinary needs a list of positive whole numbers")
+            return spaces.MultiBinary(n[0] if len(n) == 1 else n)
+        if kind == "Dict":
+            members = data.get("spaces")
+            if not isinstance(members, dict) or len(members) > _MAX_MEMBERS:
+                raise DecodeError("Dict needs a map of spaces")
+            return spaces.Dict({str(k): space_from_wire(v, _depth + 1) for k, v in members.items()})
+        if kind == "Tuple":
+            members = data.get("spaces")
+            if not isinstance(members, list) or len(members) > _MAX_MEMBERS:
+                raise DecodeError("Tuple needs a list of spaces")
+            return spaces.Tuple([space_from_wire(v, _depth + 1) for v in members])
+    except DecodeError:
+        raise
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"bad {kind} space: {exc}") from exc
+    raise DecodeError(f"unknown space type {kind[:40]!r}")
+
+
+def action_for(space: Any, action: Any) -> Any:
+    """The action as the space holds it (numpy scalars and lists made exact), or None when it is
+    not an element of the space. Used by the evaluator to refuse actions outside the space."""
+    kind = type(space).__name__
+    try:
+        if kind == "Discrete":
+            if isinstance(action, (bool, np.bool_)):
+                return None
+            if isinstance(action, np.ndarray) and action.shape == ():
+                action = action.item()
+            if isinstance(action, (int, np.integer)):
+                value = np.int64(action)
+                return int(value) if space.contains(value) else None
+            return None
+        if kind == "Dict":
+            if not isinstance(action, dict) or set(action) != set(space.spaces):
+                return None
+            members = {k: action_for(space.spaces[k], v) for k, v in action.items()}
+            return None if any(v is None for v in members.values()) else members
+        if kind == "Tuple":
+            if not isinstance(action, (list, tuple)) or len(action) != len(space.spaces):
+                return None
+            members = [action_for(s, v) for s, v in zip(space.spaces, action, strict=True)]
+            return None if any(v is None for v in members) else tuple(members)
+        array = np.asarray(action)
+        if array.dtype.kind not in "biuf" or array.shape != space.shape:
+            return None
+        if array.dtype.kind == "f" and space.dtype.kind in "iub" and not np.all(np.mod(array, 1) == 0):
+            return None
+        array = array.astype(space.dtype)
+        return array if space.contains(array) else None
+    except (TypeError, ValueError, OverflowError):
+        return None

@@ -1,0 +1,170 @@
+"""The difficulty-weighted score (SCORING.md §3), as pure functions over episode records.
+
+R is an episode's total cumulative reward. Easy: score = R. Medium and Hard: score = R × k(R),
+where k grows linearly from 1 at the lowest possible R to L_D / L_Easy at the highest, and is
+clipped to that range (an R outside the bounds never weighs more or less than the ends):
+
+    k(R) = 1 + (L_D / L_Easy − 1) × (R − R_min) / (R_max − R_min)
+
+The bounds are the env's own (``get_cumulative_reward_bounds()``) when it reports usable ones,
+else DIAMBRA's documented formula; a record says which. A timed-out or unplayed episode gets
+R = R_min (so stopping early never beats playing on) and k = 1. Every figure recomputes from the
+record's R, bounds and levels, never from a stored score, so a results folder rescores offline.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .games import GAMES
+from .settings import DiambraSettings
+
+RULE_NAME = "difficulty-weighted"
+
+
+@dataclass(frozen=True)
+class Bounds:
+    low: float  # R_min
+    high: float  # R_max
+    source: str  # "env": reported by the env; "formula": DIAMBRA's documented formula
+
+
+def formula_bounds(game_id: str) -> Bounds:
+    low, high = GAMES[game_id].formula_bounds()
+    return Bounds(low, high, "formula")
+
+
+def choose_bounds(game_id: str, env_bounds: Sequence[float] | None) -> Bounds:
+    """The env's bounds when it gives two finite numbers low < high, else the formula's."""
+    if env_bounds is not None and len(env_bounds) == 2:
+        low, high = (float(b) for b in env_bounds)
+        if math.isfinite(low) and math.isfinite(high) and low < high:
+            return Bounds(low, high, "env")
+    return formula_bounds(game_id)
+
+
+def weight(reward: float, *, low: float, high: float, level: int, easy_level: int) -> float:
+    """k(R): 1 at R_min, L_D / L_Easy at R_max, linear between, clipped to [1, L_D / L_Easy]."""
+    ratio = level / easy_level
+    if ratio <= 1.0:
+        return 1.0
+    k = 1.0 + (ratio - 1.0) * (reward - low) / (high - low)
+    return min(max(k, 1.0), ratio)
+
+
+def weighted_score(reward: float, *, low: float, high: float, level: int, easy_level: int) -> tuple[float, float]:
+    """(k, score) of one episode."""
+    k = weight(reward, low=low, high=high, level=level, easy_level=easy_level)
+    return k, reward * k
+
+
+def episode_record(
+    settings: DiambraSettings,
+    *,
+    reward: float,
+    bounds: Bounds,
+    seed: int | None,
+    engine: str,
+    steps: int,
+    invalid_actions: int = 0,
+    timeout: str | None = None,
+    abandoned: bool = False,
+    played: bool = True,
+    episode: int = 0,
+) -> dict[str, Any]:
+    """The record of one episode. ``timeout`` names the budget that ran out, if one did;
+    ``abandoned``: the agent left the episode before its end (a reset, a lost connection);
+    ``played`` is False for an episode the evaluation never reached. In all three R = R_min (an
+    agent cannot lock in a good start by leaving), and the reward the agent had collected is kept
+    as ``partial_reward``."""
+    game = GAMES[settings.game]
+    finished = played and timeout is None and not abandoned
+    scored_reward = float(reward) if finished else bounds.low
+    level, easy_level = game.levels[settings.difficulty], game.levels["easy"]
+    k, score = weighted_score(scored_reward, low=bounds.low, high=bounds.high, level=level, easy_level=easy_level)
+    formula_low, formula_high = game.formula_bounds()
+    return {
+        "episode": episode,
+        "game": settings.game,
+        "difficulty": settings.difficulty,
+        "level": level,
+        "easy_level": easy_level,
+        "reward": scored_reward,
+        "partial_reward": None if finished else float(reward),
+        "bounds": [bounds.low, bounds.high],
+        "bounds_source": bounds.source,
+        "formula_bounds": [formula_low, formula_high],
+        "k": k,
+        "score": score,
+        "finished": finished,
+        "timeout": timeout,
+        "abandoned": abandoned,
+        "played": played,
+        "steps": steps,
+        "invalid_actions": invalid_actions,
+        "seed": seed,
+        "engine": engine,
+        "settings": settings.as_record(),
+    }
+
+
+def rescore(record: dict[str, Any]) -> tuple[float, float]:
+    """(k, score) of a record, from its R, bounds and levels alone."""
+    low, high = record["bounds"]
+    return weighted_score(
+        float(record["reward"]), low=low, high=high, level=record["level"], easy_level=record["easy_level"]
+    )
+
+
+class DifficultyWeightedRule:
+    """An evaluation of N episodes scores the mean of their weighted scores; the secondary
+    figure is the mean unweighted reward R."""
+
+    name = RULE_NAME
+    reward_model = "diambra"
+    higher_is_better = True
+
+    def __init__(self, options: DiambraSettings | None = None):
+        self.options = options
+
+    def primary(self, records: list[dict[str, Any]]) -> float | None:
+        scores = [rescore(r)[1] for r in records]
+        return statistics.fmean(scores) if scores else None
+
+    def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        from ...scoring import spread  # the core's spread figures (std, bootstrap interval)
+
+        scores = [rescore(r)[1] for r in records]
+        rewards = [float(r["reward"]) for r in records]
+        return {
+            "primary": statistics.fmean(scores) if scores else None,
+            "secondary": statistics.fmean(rewards) if rewards else None,
+            "primary_name": "mean difficulty-weighted score",
+            "secondary_name": "mean cumulative reward",
+            "primary_higher_is_better": True,
+            "episodes": len(records),
+            "timed_out": sum(1 for r in records if r.get("timeout")),
+            "abandoned": sum(1 for r in records if r.get("abandoned")),
+            "unplayed": sum(1 for r in records if not r.get("played", True)),
+            "spread": {
+                "primary": spread(scores) if scores else None,
+                "secondary": spread(rewards) if rewards else None,
+            },
+            "rule": {"name": RULE_NAME, "levels": _levels(records)},
+        }
+
+
+def _levels(records: list[dict[str, Any]]) -> dict[str, Any]:
+    if not records:
+        return {}
+    first = records[0]
+    return {
+        "game": first["game"],
+        "difficulty": first["difficulty"],
+        "level": first["level"],
+        "easy": first["easy_level"],
+    }

@@ -1,0 +1,22 @@
+"""The two-phase RL format (SCORING.md §2): mean return, then training convergence, on a
+Gymnasium env the server owns."""
+
+from __future__ import annotations
+
+import os
+
+from ..base import Format
+from .options import TwoPhaseOptions
+from .plan import TwoPhasePlan
+from .report import report_sections
+from .scoring import TwoPhaseRule
+
+FORMAT = Format(
+    name="two-phase",
+    description="two-phase RL: mean return of a trained agent, then training convergence (Gymnasium envs)",
+    rules={"two-phase": TwoPhaseRule},
+    make_plan=TwoPhasePlan,
+    options=TwoPhaseOptions,
+    report_sections=report_sections,
+    presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+)
