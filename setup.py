@@ -22,7 +22,7 @@ setup(
     python_requires=">=3.11",
     package_dir=package_dir,
     packages=packages,
-    package_data={"arbiter.server": ["presets/*.toml", "formats/*/presets/*.toml"]},
+    package_data={"arbiter.server": ["formats/*/presets/*.toml"]},
     install_requires=[
         "flatland-rl==4.3.0",
         # hiredis: redis-py's C protocol parser and packer, about a third of a step's wire cost.

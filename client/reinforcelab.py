@@ -51,9 +51,8 @@ def play_episodes(env: RemoteEnv, agent: Any, stage: dict[str, Any]) -> list[flo
     env.begin_stage(stage)
     returns = []
     for _ in range(max(0, stage["items"][1] - env.next_item)):
-        try:
-            observation, _ = env.reset()
-        except StopIteration:
+        observation, info = env.reset()
+        if info.get("env_done"):
             break
         total, done = 0.0, False
         try:

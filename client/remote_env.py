@@ -12,6 +12,11 @@ timeout (``ServerUnavailable``); a budget timeout raises ``TimeoutException`` (a
 ``StopAsyncIteration``) at the next call, as in ``RemoteClient``. When the evaluator ends a
 training stage (converged, or its step limit), the next ``reset()`` or ``step()`` raises
 ``StopIteration``, as ReinforceLab's convergence monitor does.
+
+``info["env_done"]`` says whether the evaluation has an episode left, the way DIAMBRA's
+evaluation env says it: every ``reset()`` reports False while it starts an episode; once the
+evaluation has none left, ``reset()`` returns the last observation with ``env_done`` True (and
+``env.finished`` is set), so a loop written for DIAMBRA ends where it should.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ class RemoteEnv(gymnasium.Env):
         self.next_item: int = int(self.server_info.get("next", 0))  # where the evaluation stands
         self.episode: dict[str, Any] = {}  # the running episode's place in the plan (phase, stage, run, seed ...)
         self.finished = False  # the evaluation has no episode left
+        self._last_observation: Any = None
         self._stage: dict[str, Any] | None = None
         self._stage_over = False
         self._ignored_seed_warned = False
@@ -92,15 +98,18 @@ class RemoteEnv(gymnasium.Env):
         ext = extension(body)
         if ext.get("finished"):
             self.finished = True
-            raise StopIteration("the evaluation has no episode left")
+            self.episode = {}
+            return self._last_observation, {"env_done": True, EXTENSION_KEY: {"finished": True}}
         self.episode = {k: v for k, v in ext.items() if k not in ("finished",)}
-        item = ext.get("episode")
+        item = ext.get("item")
         if isinstance(item, int):
             self.next_item = item + 1
         self._stage_over = False
         info = dict(body.get("info") or {})
         info[EXTENSION_KEY] = self.episode
-        return body.get("observation"), info
+        info.setdefault("env_done", False)
+        self._last_observation = body.get("observation")
+        return self._last_observation, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self._stage_over and self.episode.get("stage") == "train":
@@ -113,7 +122,8 @@ class RemoteEnv(gymnasium.Env):
         info = dict(body.get("info") or {})
         if ext:
             info[EXTENSION_KEY] = ext
-        return body["observation"], float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+        self._last_observation = body["observation"]
+        return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
 
     def submit(self) -> dict[str, Any]:
         """End the evaluation; returns the scores the evaluator computed."""

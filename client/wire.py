@@ -108,13 +108,20 @@ class Wire:
         # arbiter's evaluator answers a resent request from its cache, so resending after a lost
         # message is safe; flatland's would apply it twice, so only its PING is resent.
         resend = type_ == FLATLAND_RL.PING or self.resend_all
-        self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        if not resend:
+            self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+        pushed = not resend
         while True:
             left = give_up - time.monotonic()
             chunk = min(left, self.resend_after_s) if resend else left
             # Redis rounds a blocking timeout to milliseconds and 0 means forever: never send < 10 ms.
             block_s = round(max(chunk, 0.01), 3)
-            found = self.with_reconnect(functools.partial(self.redis.blpop, [channel], timeout=block_s), type_, give_up)
+            if pushed:
+                wait = functools.partial(self.redis.blpop, [channel], timeout=block_s)
+            else:
+                wait = functools.partial(self.push_and_wait, message, channel, block_s)
+            found = self.with_reconnect(wait, type_, give_up)
+            pushed = True
             if found is not None:
                 break
             if time.monotonic() >= give_up:
@@ -135,6 +142,16 @@ class Wire:
                 self.with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
             raise error
         return response
+
+    def push_and_wait(self, message: bytes, channel: str, block_s: float) -> Any:
+        """LPUSH the request and BLPOP its reply in one packet: one round trip where two would
+        wait for each other (Redis runs them in order, so the wait starts once the request is
+        queued). Only for requests that may be resent: after a connection error it is unknown
+        whether the LPUSH landed, and the retry pushes it again."""
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.lpush(self.commands_key, message)
+        pipe.blpop([channel], timeout=block_s)
+        return pipe.execute()[1]
 
     def with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
         """Run a Redis call, retrying through connection errors (a Redis restart) until ``give_up``."""

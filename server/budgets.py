@@ -61,6 +61,7 @@ class Deadline:
     wait: Wait
     at: float  # time.monotonic() value
     overall: bool = False  # True when the overall budget is the nearer limit
+    stage: bool = False  # True when the running item's stage budget is the nearer limit
 
 
 def budget_for(wait: Wait, budgets: BudgetPolicy, bank_left_s: float = 0.0) -> float:

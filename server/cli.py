@@ -18,6 +18,7 @@ from arbiter.protocol.errors import ArbiterError, ConfigError
 
 from .competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, preset_names
 from .evaluation import State
+from .formats import get_format
 from .progress import Progress
 from .testsets import PRESETS, cached_test_set, generate_test_set
 
@@ -72,7 +73,11 @@ def _seconds(text: str) -> float:
 
 
 def _shared_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--tests", metavar="DIR", help="Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv)")
+    parser.add_argument(
+        "--tests",
+        metavar="DIR",
+        help="the data evaluated on: a Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv), a MetaLC set",
+    )
     parser.add_argument("--redis-url", help="Redis to use (default: $ARBITER_REDIS_URL, else redis://$redis_ip:6379)")
     parser.add_argument("--service-id", help="evaluation id, the Redis key namespace (default: $AICROWD_SUBMISSION_ID)")
     parser.add_argument("--results", metavar="DIR", help="results folder (default: arbiter-results/<time>)")
@@ -82,7 +87,17 @@ def _shared_options(parser: argparse.ArgumentParser) -> None:
         metavar="NAME|FILE",
         help=f"competition preset ({', '.join(preset_names())}) or a .toml file (default: {DEFAULT_COMPETITION})",
     )
-    parser.add_argument("--scoring", choices=["neurips2020", "flatland3"], help="override the scoring rule")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a competition key, validated like the file (dotted for tables: --set phase2.max_steps=20000)",
+    )
+    parser.add_argument(
+        "--phase", type=int, choices=[1, 2], help="two-phase format: run this phase only (same as --set phase=N)"
+    )
+    parser.add_argument("--scoring", help="override the scoring rule (flatland: neurips2020 or flatland3)")
     parser.add_argument("--debug", action="store_true", help="debug run: first 28 episodes, 48 minutes overall")
     parser.add_argument("--seed", type=int, help="evaluation seed every env is reset with (default 1001)")
     parser.add_argument(
@@ -195,7 +210,8 @@ def _env_number(name: str, kind: type) -> float | int | None:
 
 
 def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
-    spec = load_competition(args.competition or DEFAULT_COMPETITION)
+    overrides = list(args.set) + ([f"phase={args.phase}"] if args.phase is not None else [])
+    spec = load_competition(args.competition or DEFAULT_COMPETITION, overrides)
     budgets = {
         field: _env_number(var, int if field == "max_successive_timeouts" else float)
         for field, var in FLATLAND_ENV_BUDGETS.items()
@@ -220,6 +236,13 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
     if args.refuse_pickle:
         spec = CompetitionSpec(**{**spec.__dict__, "accept_pickle": False})
     return spec
+
+
+def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None:
+    """Flag, competition key, then flatland's variable (for the Flatland format only: another
+    format's data is never a Flatland test folder)."""
+    legacy = os.environ.get("AICROWD_TESTS_FOLDER") if spec.format == "flatland" else None
+    return args.tests or spec.tests or legacy
 
 
 def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | None:
@@ -252,8 +275,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not agent:
         raise ConfigError("no agent command: use  arbiter run [options] -- python my_agent.py")
     spec = resolve_spec(args)
-    tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
-    if not tests:
+    tests = resolve_tests(args, spec)
+    if not tests and get_format(spec.format).requires_tests:
         tests = str(cached_test_set(DEBUG_TEST_PRESET, DEBUG_TEST_SEED))
     service_id = resolve_service_id(args)
     outcome = run_local(
@@ -275,8 +298,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from .evaluator import run_to_end, start_service
 
     spec = resolve_spec(args)
-    tests = args.tests or spec.tests or os.environ.get("AICROWD_TESTS_FOLDER")
-    if not tests:
+    tests = resolve_tests(args, spec)
+    if not tests and get_format(spec.format).requires_tests:
         raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)

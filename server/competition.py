@@ -1,8 +1,11 @@
-"""Competition specs: a small TOML file naming adapter, tests, budgets, scoring and options.
+"""Competition specs: a small TOML file naming the format, its data, budgets, scoring and options.
 
-Presets ship in ``presets/`` (``flatland-neurips2020``, ``flatland-debug``, ``flatland3``); a
-path to a .toml file works too. Validated at load: unknown keys and impossible settings are
-errors, never silently ignored.
+Presets ship in each format's folder (``formats/<name>/presets/``: ``flatland-neurips2020``,
+``flatland-debug``, ``flatland3``, ``two-phase-cartpole`` ...); a path to a .toml file works too.
+The core keys are this module's; every other top-level key or table belongs to the format and is
+checked by the format's options class. ``--set KEY=VALUE`` overrides any key (dotted for tables,
+``phase2.max_steps=20000``; VALUE is read as TOML, else as a string) and is validated exactly
+like the file: unknown keys and impossible settings are errors, never silently ignored.
 """
 
 from __future__ import annotations
@@ -15,11 +18,10 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 
-from .adapters import ADAPTERS
 from .budgets import BudgetPolicy
-from .scoring import RULES
+from .formats import format_names, get_format, presets_dirs
+from .formats.base import options_from_dict
 
-PRESETS_DIR = os.path.join(os.path.dirname(__file__), "presets")
 DEFAULT_COMPETITION = "flatland-neurips2020"
 DEBUG_COMPETITION = "flatland-debug"
 DEBUG_EPISODES = 28
@@ -29,8 +31,8 @@ DEBUG_OVERALL_S = 48 * 60.0
 @dataclass(frozen=True)
 class CompetitionSpec:
     name: str
-    adapter: str = "flatland"
-    scoring: str = "neurips2020"
+    format: str = "flatland"
+    scoring: str | None = None  # None: the format's first rule
     tests: str | None = None
     seed: int | None = 1001
     debug: bool = False
@@ -39,20 +41,29 @@ class CompetitionSpec:
     # Pickled requests from FlatlandRemoteClient(use_pickle=True), through a restricted unpickler.
     accept_pickle: bool = True
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
+    options: Any = None  # the format's own keys (its options dataclass), None for a format with none
 
     def __post_init__(self) -> None:
-        if self.adapter not in ADAPTERS:
-            raise ConfigError(f"{self.name}: unknown adapter {self.adapter!r}; known: {', '.join(ADAPTERS)}")
-        if self.scoring not in RULES:
-            raise ConfigError(f"{self.name}: unknown scoring rule {self.scoring!r}; known: {', '.join(RULES)}")
+        if self.format not in format_names():
+            raise ConfigError(f"{self.name}: unknown format {self.format!r}; known: {', '.join(format_names())}")
+        rules = get_format(self.format).rules
+        if self.scoring is None:
+            object.__setattr__(self, "scoring", next(iter(rules)))
+        elif self.scoring not in rules:
+            raise ConfigError(
+                f"{self.name}: unknown scoring rule {self.scoring!r} for format {self.format!r}; "
+                f"known: {', '.join(rules)}"
+            )
         if self.max_episodes is not None and (not isinstance(self.max_episodes, int) or self.max_episodes < 1):
             raise ConfigError(f"{self.name}: max_episodes must be a whole number >= 1")
         record = self.record_episodes
         if isinstance(record, bool) or not isinstance(record, int) or record < 0:
             raise ConfigError(f"{self.name}: record_episodes must be a whole number >= 0")
+        if record and self.format != "flatland":
+            raise ConfigError(f"{self.name}: record_episodes (replays) exists for the flatland format only")
         if not isinstance(self.accept_pickle, bool):
             raise ConfigError(f"{self.name}: accept_pickle must be true or false")
-        if self.seed is not None and not isinstance(self.seed, int):
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError(f"{self.name}: seed must be a whole number")
 
     def with_debug(self) -> CompetitionSpec:
@@ -66,24 +77,38 @@ class CompetitionSpec:
         given = {k: v for k, v in overrides.items() if v is not None}
         return dataclasses.replace(self, budgets=dataclasses.replace(self.budgets, **given)) if given else self
 
+    def options_dict(self) -> dict[str, Any] | None:
+        return dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else None
+
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        found = dataclasses.asdict(self)
+        found["options"] = self.options_dict()
+        return found
 
 
-_TOP_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name"}
+_CORE_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name", "options"}
 _BUDGET_KEYS = {f.name for f in dataclasses.fields(BudgetPolicy)}
 
 
+def preset_paths() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for folder in presets_dirs():
+        for entry in sorted(os.listdir(folder)):
+            if entry.endswith(".toml"):
+                found[os.path.splitext(entry)[0]] = os.path.join(folder, entry)
+    return found
+
+
 def preset_names() -> list[str]:
-    return sorted(os.path.splitext(f)[0] for f in os.listdir(PRESETS_DIR) if f.endswith(".toml"))
+    return sorted(preset_paths())
 
 
-def load_competition(name_or_path: str = DEFAULT_COMPETITION) -> CompetitionSpec:
+def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None) -> CompetitionSpec:
     if os.path.isfile(name_or_path):
         path, name = name_or_path, os.path.splitext(os.path.basename(name_or_path))[0]
     else:
-        path, name = os.path.join(PRESETS_DIR, f"{name_or_path}.toml"), name_or_path
-        if not os.path.isfile(path):
+        path, name = preset_paths().get(name_or_path, ""), name_or_path
+        if not path:
             raise ConfigError(
                 f"unknown competition {name_or_path!r}: not a file, and not a preset ({', '.join(preset_names())})"
             )
@@ -92,14 +117,49 @@ def load_competition(name_or_path: str = DEFAULT_COMPETITION) -> CompetitionSpec
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
-    return spec_from_dict(name, data, source=path)
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    source = path if not overrides else f"{path} with --set {' '.join(overrides)}"
+    return spec_from_dict(name, data, source=source)
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: TOML (``20000``, ``1.5``, ``true``, ``"a b"``, ``[1, 2]``, ``{k = 1}``), else
+    the text itself as a string (``--set env_id=CartPole-v1``)."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE (dotted KEY for a table, e.g. phase2.max_steps=1)")
+    *tables, leaf = key.split(".")
+    target = data
+    for part in tables:
+        nested = target.setdefault(part, {})
+        if not isinstance(nested, dict):
+            raise ConfigError(f"--set {key}: {part!r} is a value, not a table")
+        target = nested
+    target[leaf] = parse_value(text.strip())
 
 
 def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> CompetitionSpec:
-    unknown = set(data) - _TOP_KEYS
-    if unknown:
-        raise ConfigError(f"{source}: unknown keys {sorted(unknown)}; allowed: {sorted(_TOP_KEYS)}")
-    budgets_data = data.get("budgets", {})
+    data = dict(data)
+    if "adapter" in data and "format" not in data:  # the key's name before formats were folders
+        data["format"] = data.pop("adapter")
+    format_name = data.get("format", "flatland")
+    if not isinstance(format_name, str) or format_name not in format_names():
+        raise ConfigError(f"{source}: unknown format {format_name!r}; known: {', '.join(format_names())}")
+    found = get_format(format_name)
+    core = {k: v for k, v in data.items() if k in _CORE_KEYS}
+    own = {k: v for k, v in data.items() if k not in _CORE_KEYS}
+    if own and found.options is None:
+        raise ConfigError(f"{source}: unknown keys {sorted(own)}; allowed: {sorted(_CORE_KEYS)}")
+    budgets_data = core.pop("budgets", {})
     if not isinstance(budgets_data, dict):
         raise ConfigError(f"{source}: [budgets] must be a table")
     unknown = set(budgets_data) - _BUDGET_KEYS
@@ -107,7 +167,12 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         raise ConfigError(f"{source}: unknown budget keys {sorted(unknown)}; allowed: {sorted(_BUDGET_KEYS)}")
     try:
         budgets = BudgetPolicy(**budgets_data)
-        values = {k: v for k, v in data.items() if k != "budgets"}
-        return CompetitionSpec(name=name, budgets=budgets, **values)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    options = options_from_dict(found.options, own, source) if found.options is not None else None
+    try:
+        return CompetitionSpec(name=name, budgets=budgets, options=options, **core)
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from None

@@ -1,11 +1,14 @@
-"""One evaluation as a state machine: episodes, budgets and scores, with no I/O of its own.
+"""One evaluation as a state machine: a format's plan, budgets and scores, with no I/O of its own.
 
 The service loop (service.py) feeds it requests and expired deadlines; it answers with reply
-payloads and out-of-band errors, and writes each finished episode to the results store before
-anything else happens. Its rules, in brief:
+payloads and out-of-band errors, and writes each finished item's records to the results store
+before anything else happens. It knows no format: it plays the plan's items (formats/base.py),
+each an episode or a stage of episodes. Its rules, in brief (an "episode" is one item):
 
-- episodes are handed out in order; each ENV_CREATE starts the next one (an unfinished episode
-  is abandoned and scores as unfinished);
+- items are handed out in order; each ENV_CREATE starts the next one (an unfinished episode
+  is abandoned and scores as unfinished), except within an item that spans resets (a training
+  run), where it starts the item's next episode unless the client names a later item;
+- a stage budget, where an item has one, bounds the whole item like a step budget bounds a step;
 - a planning or step timeout scores the episode as unfinished, puts the timeout on the errors
   list and ignores the episode's late steps; the evaluation continues at the next ENV_CREATE;
 - after a timeout the client has one step budget to ask for the next episode; every budget
@@ -22,9 +25,6 @@ from __future__ import annotations
 import datetime
 import enum
 import logging
-import math
-import platform
-import statistics
 import time
 from array import array
 from collections import Counter
@@ -34,8 +34,10 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
-from .adapters.flatland import FlatlandEpisode, sanitize_actions
+from . import evaluation_summary
 from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for, silence_before_takeover_s
+from .evaluation_summary import merge_records, stats
+from .formats.base import Item, OpenItem, Plan
 from .results import ResultsStore
 from .scoring import ScoringRule
 
@@ -49,48 +51,30 @@ class State(enum.StrEnum):
     INTERRUPTED = "INTERRUPTED"
 
 
-def _stats(values: Any) -> dict[str, float] | None:
-    if not len(values):
-        return None
-    ordered = sorted(values)
-    return {
-        "n": len(ordered),
-        "min": ordered[0],
-        "mean": math.fsum(ordered) / len(ordered),
-        "p99": ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)],
-        "max": ordered[-1],
-    }
-
-
-def _versions() -> dict[str, str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    found = {"python": platform.python_version()}
-    for package in ("arbiter", "flatland-rl", "redis", "msgpack", "numpy"):
-        try:
-            found[package] = version(package)
-        except PackageNotFoundError:
-            found[package] = "unknown"
-    return found
-
-
 class Evaluation:
     def __init__(
         self,
-        adapter: Any,
+        plan: Plan,
         rule: ScoringRule,
         budgets: BudgetPolicy,
         store: ResultsStore,
         *,
         competition: str,
         service_id: str,
+        format_name: str = "flatland",
+        options: dict[str, Any] | None = None,
         debug: bool = False,
         clock: Callable[[], float] = time.monotonic,
         on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
         on_finish: Callable[[Evaluation], None] | None = None,
     ):
-        self.adapter = adapter
-        self.specs = adapter.episodes
+        self.plan = plan
+        self.items: list[Item] = plan.items
+        self.format_name = format_name
+        self.options = options  # the format's competition keys, for the summary
+        # Server-side formats answer every step with the observation; Flatland's client mirrors
+        # its env and answers itself, so its steps are answered only when asked (the legacy wire).
+        self.server_side: bool = getattr(plan, "server_side", True)
         self.rule = rule
         self.budgets = budgets
         self.store = store
@@ -104,7 +88,9 @@ class Evaluation:
         self.state = State.RUNNING
         self.termination_cause = ""
         self.records: list[dict[str, Any]] = []
-        self.current: FlatlandEpisode | None = None
+        self.current: OpenItem | None = None
+        self.item_budgets = budgets  # the running item's budgets (an item may have its own)
+        self.stage_at: float | None = None  # the running item's stage deadline, if it has one
         self.next_index = 0
         self.wait = Wait.CLIENT
         self.wait_started = clock()
@@ -124,9 +110,11 @@ class Evaluation:
         self._planning_s: float | None = None
         self._invalid_actions = 0
         self.bank = TimeBank(budgets.time_bank_s)
-        # The next episode's env, built ahead while the evaluator would otherwise wait (see
-        # prepare_ahead), so loading it rarely sits between an ENV_CREATE and its reply.
-        self._prepared: tuple[int, FlatlandEpisode | Exception] | None = None
+        # The next item, opened ahead while the evaluator would otherwise wait (see prepare_ahead),
+        # so loading its env rarely sits between an ENV_CREATE and its reply. Only for plans whose
+        # items have envs of their own: opening one must not touch the running item's env.
+        self._prepare_ahead: bool = getattr(plan, "prepare_ahead", False)
+        self._prepared: tuple[int, OpenItem | Exception] | None = None
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -136,15 +124,20 @@ class Evaluation:
 
     @property
     def total(self) -> int:
-        return len(self.specs)
+        return len(self.items)
 
     def deadline(self) -> Deadline:
-        at = self.wait_started + budget_for(self.wait, self.budgets, self.bank.left_s)
+        at = self.wait_started + budget_for(self.wait, self.item_budgets, self.bank.left_s)
+        if self.stage_at is not None and self.wait in (Wait.PLANNING, Wait.STEP) and self.stage_at <= at:
+            at = self.stage_at
+            stage = True
+        else:
+            stage = False
         if self.started_at is not None:
             overall_at = self.started_at + self.budgets.overall_s - self.used_before_s
             if overall_at <= at:
                 return Deadline(self.wait, overall_at, overall=True)
-        return Deadline(self.wait, at)
+        return Deadline(self.wait, at, stage=stage)
 
     def elapsed_s(self, now: float) -> float:
         """Overall budget used so far, across restarts (downtime between runs is not counted)."""
@@ -173,13 +166,15 @@ class Evaluation:
             return []
         if wait in (Wait.PLANNING, Wait.STEP):
             kind = "planning" if wait is Wait.PLANNING else "step"
-            budget = self.budgets.planning_s if wait is Wait.PLANNING else self.budgets.step_s
+            budget = self.item_budgets.planning_s if wait is Wait.PLANNING else self.item_budgets.step_s
+            if deadline.stage:
+                kind, budget = "stage", self.current.stage_budget_s if self.current is not None else 0.0
             self.bank.spend_all()
             self._record_current(now, finished=False, timeout=kind)
             self.counters[f"{kind}_timeouts"] += 1
             error_type = FLATLAND_RL.ENV_RESET_TIMEOUT if wait is Wait.PLANNING else FLATLAND_RL.ENV_STEP_TIMEOUT
             bank = f" and a time bank of {self.bank.size_s:g} s" if self.bank.size_s else ""
-            log.warning("episode %d timed out (%s budget of %g s%s)", len(self.records) - 1, kind, budget, bank)
+            log.warning("item %d timed out (%s budget of %g s%s)", self.records[-1]["index"], kind, budget, bank)
             self._count_timeout(now)
             return [{"type": error_type}]
         if wait is Wait.AFTER_TIMEOUT:
@@ -213,26 +208,31 @@ class Evaluation:
         self.counters["downtime_ms"] += round(downtime_s * 1000)
 
     def restore(self, records: list[dict[str, Any]]) -> None:
-        """Continue a killed evaluation after its last finished episode (``--resume``)."""
-        for record, spec in zip(records, self.specs, strict=False):
-            if record.get("env") != spec.env or record.get("index") != spec.index:
+        """Continue a killed evaluation after its last finished item (``--resume``). An item's
+        records are written together when it ends, so an interrupted item (a training run cut
+        by the kill) left none and is played again from its start."""
+        units: list[str] = []
+        for record in records:
+            unit = str(record.get("unit", record.get("env")))  # results written before units existed
+            if not units or units[-1] != unit:
+                units.append(unit)
+        if len(units) > self.total:
+            raise ConfigError(f"the results folder holds {len(units)} items; this plan has {self.total}")
+        for index, (unit, item) in enumerate(zip(units, self.items, strict=False)):
+            if unit != item.key:
                 raise ConfigError(
-                    f"the results folder does not belong to this test set: episode {record.get('index')} "
-                    f"is {record.get('env')!r} there, {spec.env!r} here"
+                    f"the results folder does not belong to this test set or plan: item {index} "
+                    f"is {unit!r} there, {item.key!r} here"
                 )
-        if len(records) > self.total:
-            raise ConfigError(f"the results folder holds {len(records)} episodes; this test set has {self.total}")
         self.records = list(records)
-        self.next_index = len(records)
+        self.next_index = len(units)
         self.used_before_s = float(records[-1].get("elapsed_s") or 0.0) if records else 0.0
         for record in reversed(records):
             if not record["timed_out"]:
                 break
             self.successive_timeouts += 1
         self.counters["resumed"] += 1
-        log.info(
-            "resuming after %d finished episodes (%.1f s of the overall budget used)", len(records), self.used_before_s
-        )
+        log.info("resuming after %d finished items (%.1f s of the overall budget used)", len(units), self.used_before_s)
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -240,53 +240,70 @@ class Evaluation:
         self._heard(now)
         version = payload.get("version") if isinstance(payload, dict) else None
         self.client_version = str(version)[:64] if version is not None else None
-        return reply(
-            FLATLAND_RL.PONG,
-            {
-                EXTENSION_KEY: {
-                    "protocol": PROTOCOL_VERSION,
-                    "budgets": self.budgets.as_dict(),
-                    "episodes": self.total,
-                    "scoring": self.rule.name,
-                    "reward_model": self.rule.reward_model,
-                    "debug": self.debug,
-                }
-            },
-        )
+        body = {
+            "protocol": PROTOCOL_VERSION,
+            "budgets": self.budgets.as_dict(),
+            "episodes": self.total,
+            "scoring": self.rule.name,
+            "debug": self.debug,
+            **self.plan.handshake(),
+        }
+        if self.server_side:
+            body["format"] = self.format_name
+            body["next"] = self.next_index  # where a restarted client picks the plan up
+        return reply(FLATLAND_RL.PONG, {EXTENSION_KEY: body})
 
     def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
-        if self.current is not None:
+        current = self.current
+        if current is not None:
+            wanted = extension(payload).get("item")
+            if current.spans_resets and (wanted is None or wanted == current.item.index):
+                return self._next_reset(current, now)
             self.counters["abandoned_episodes"] += 1
             self._record_current(now, finished=False, abandoned=True)
         if self.next_index >= self.total:
             self._set_wait(Wait.SUBMIT, now)
-            done = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
+            done: dict[str, Any] = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
+            if self.server_side:
+                done[EXTENSION_KEY] = {"finished": True}
             return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, done)
-        spec = self.specs[self.next_index]
+        item = self.items[self.next_index]
         self.current = self._open(self.next_index)
         self.next_index += 1
-        body = self.current.create_payload()
-        body[EXTENSION_KEY] = {
-            "env_state": self.current.wire_state,
-            "episode": spec.index,
-            "episodes": self.total,
-            "reward_model": self.rule.reward_model,
-            "debug": self.debug,
-        }
+        body = self._with_item(self.current.create_payload(), item)
         self._episode_think = array("d")
         self._planning_s = None
         self._invalid_actions = 0
-        self.bank.refill()
+        self.item_budgets = item.budgets or self.budgets
+        self.bank = TimeBank(self.item_budgets.time_bank_s)
         # Loading the env is our time, not the participant's: planning starts when it is ready.
         ready = self.clock()
         self._episode_started = ready
+        stage_budget = self.current.stage_budget_s
+        self.stage_at = ready + stage_budget if stage_budget is not None else None
         self._set_wait(Wait.PLANNING, ready)
         return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
 
+    def _next_reset(self, current: OpenItem, now: float) -> dict[str, Any]:
+        """The next episode of an item that spans resets: the reset is one of the item's steps,
+        under the step budget (the planning budget was the item's first window)."""
+        if self.wait is Wait.STEP:
+            self._draw_bank(now - self.wait_started - self.item_budgets.step_s)
+        body = self._with_item(current.next_reset(), current.item)
+        self._set_wait(Wait.STEP, self.clock())
+        return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
+
+    def _with_item(self, body: dict[str, Any], item: Item) -> dict[str, Any]:
+        """Server-side formats: the create reply names the item it opened, so a client that
+        follows the plan (RemoteEnv's stages) knows where the evaluation stands."""
+        if self.server_side:
+            body.setdefault(EXTENSION_KEY, {})["item"] = item.index
+        return body
+
     def on_step(self, payload: dict[str, Any], now: float) -> dict[str, Any] | None:
         self._heard(now)
-        wants_reply = bool(extension(payload).get("reply"))
+        wants_reply = self.server_side or bool(extension(payload).get("reply"))
         episode = self.current
         if episode is None:
             if self.wait is Wait.AFTER_TIMEOUT or (self.records and self.records[-1]["timed_out"]):
@@ -296,18 +313,17 @@ class Evaluation:
                     raise TimeoutException("the episode timed out; call env_create() for the next one")
                 return None
             raise OutOfOrder("ENV_STEP without a running episode: call env_create() first")
+        action = payload.get("action") if isinstance(payload, dict) else None
+        actions, invalid = episode.sanitize(action)  # a refused action raises: nothing is applied
         think = now - self.wait_started
         if self.wait is Wait.PLANNING:
             self._planning_s = think
-            over_budget_s = think - self.budgets.planning_s
+            over_budget_s = think - self.item_budgets.planning_s
         else:
             self._episode_think.append(think)
             self.think_s.append(think)
-            over_budget_s = think - self.budgets.step_s
-        if over_budget_s > 0:
-            self.bank.draw(over_budget_s)
-        action = payload.get("action") if isinstance(payload, dict) else None
-        actions, invalid = sanitize_actions(action, episode.num_agents)
+            over_budget_s = think - self.item_budgets.step_s
+        self._draw_bank(over_budget_s)
         if invalid:
             self._invalid_actions += invalid
             self.counters["invalid_actions"] += invalid
@@ -315,46 +331,55 @@ class Evaluation:
         done = episode.step(actions)
         finished_step = self.clock()
         self.server_step_s.append(finished_step - started)
+        # Built before the item is recorded and closed: the reply reads the step's results.
+        body = reply(FLATLAND_RL.ENV_STEP_RESPONSE, episode.step_reply(invalid)) if wants_reply else None
         if done:
             self.successive_timeouts = 0
             self._record_current(finished_step, finished=True)
         else:
             self._set_wait(Wait.STEP, finished_step)
-        if not wants_reply:
-            return None
-        return reply(FLATLAND_RL.ENV_STEP_RESPONSE, {"done": done, "step": episode.steps, "invalid_actions": invalid})
+        return body
+
+    def _draw_bank(self, over_budget_s: float) -> None:
+        if over_budget_s > 0:
+            self.bank.draw(over_budget_s)
 
     def on_submit(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
         if self.next_index >= self.total and self.current is None:
             self.finish(State.SUCCESS, f"all {self.total} episodes evaluated", now)
         else:
-            played = len(self.records) + (self.current is not None)
+            played = len({r["index"] for r in self.records}) + (self.current is not None)
             self._end_early(f"ENV_SUBMIT after {played} of {self.total} episodes", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
     def preparation_pending(self) -> bool:
         index = self.next_index
-        return not self.finished and index < self.total and (self._prepared is None or self._prepared[0] != index)
+        return (
+            self._prepare_ahead
+            and not self.finished
+            and index < self.total
+            and (self._prepared is None or self._prepared[0] != index)
+        )
 
     def prepare_ahead(self) -> None:
-        """Build the next episode's env now; the service loop calls this only when no deadline
-        is near and nothing is queued, so the work never delays a budget decision."""
+        """Open the next item now; the service loop calls this only when no deadline is near and
+        nothing is queued, so the work never delays a budget decision."""
         if self.preparation_pending():
             index = self.next_index
             try:
-                self._prepared = (index, self.adapter.open(self.specs[index], self.rule.reward_model))
+                self._prepared = (index, self.plan.open(self.items[index]))
             except Exception as exc:  # raised when the episode is asked for, where it can be reported
                 self._prepared = (index, exc)
 
-    def _open(self, index: int) -> FlatlandEpisode:
+    def _open(self, index: int) -> OpenItem:
         if self._prepared is not None and self._prepared[0] == index:
-            episode = self._prepared[1]
+            opened = self._prepared[1]
             self._prepared = None
-            if isinstance(episode, Exception):
-                raise episode
-            return episode
-        return self.adapter.open(self.specs[index], self.rule.reward_model)
+            if isinstance(opened, Exception):
+                raise opened
+            return opened
+        return self.plan.open(self.items[index])
 
     def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
         """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
@@ -362,8 +387,10 @@ class Evaluation:
         if self.current is None:
             return []
         self.counters["episodes_replayed"] += 1
-        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.spec.index)
+        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.item.index)
+        self.current.close()
         self.current = None
+        self.stage_at = None
         self.next_index -= 1
         self._set_wait(Wait.NEXT_EPISODE, now)
         return [{"type": EPISODE_LOST}]
@@ -410,7 +437,9 @@ class Evaluation:
         self.state = state
         self.termination_cause = cause
         self.finished_at = now
-        self.current = None
+        if self.current is not None:
+            self.current.close()
+            self.current = None
         log.info("evaluation %s: %s", state.value, cause)
         if self.on_finish is not None:
             self.on_finish(self)  # before the summary is written, so what the hook counts is in it
@@ -431,8 +460,8 @@ class Evaluation:
         if self.current is not None:
             self._record_current(now, finished=False, abandoned=True)
         skipped = self.total - self.next_index
-        for spec in self.specs[self.next_index :]:
-            self._record(spec, now, num_agents=None, finished=False, skipped=True)
+        for item in self.items[self.next_index :]:
+            self._write(item, self.plan.unplayed(item), now, played=False)
         self.next_index = self.total
         suffix = f"; {skipped} episodes not played count as unfinished" if skipped else ""
         self.finish(State.SUCCESS, cause + suffix, now)
@@ -457,72 +486,58 @@ class Evaluation:
     def _record_current(
         self, now: float, *, finished: bool, timeout: str | None = None, abandoned: bool = False
     ) -> None:
-        episode = self.current
-        assert episode is not None
+        opened = self.current
+        assert opened is not None
         self.current = None
-        self._record(episode.spec, now, episode=episode, finished=finished, timeout=timeout, abandoned=abandoned)
-        episode.close()
+        self.stage_at = None
+        try:
+            records = opened.records(finished=finished, timeout=timeout, abandoned=abandoned)
+        finally:
+            opened.close()
+        self._write(opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned)
         if finished or abandoned:
             self._set_wait(Wait.NEXT_EPISODE, now)
 
-    def _record(
+    def _write(
         self,
-        spec: Any,
+        item: Item,
+        format_records: list[dict[str, Any]],
         now: float,
         *,
-        episode: FlatlandEpisode | None = None,
-        num_agents: int | None = None,
-        finished: bool,
+        played: bool,
         timeout: str | None = None,
         abandoned: bool = False,
-        skipped: bool = False,
     ) -> None:
-        if episode is not None:
-            num_agents = episode.num_agents
-            max_steps, steps, reward, arrived = (
-                episode.max_episode_steps,
-                episode.steps,
-                episode.reward,
-                episode.arrived(),
-            )
-        else:
-            max_steps, steps, reward, arrived = None, 0, 0.0, 0
-        normalized = self.rule.normalized_return(
-            reward=reward, max_episode_steps=max_steps or 1, num_agents=num_agents or 1, finished=finished
-        )
-        arrived_fraction = (
-            self.rule.arrived_fraction(arrived=arrived, num_agents=num_agents, finished=finished) if num_agents else 0.0
-        )
-        record = {
-            "index": spec.index,
-            "env": spec.env,
-            "test": spec.test,
-            "level": spec.level,
-            "num_agents": num_agents,
-            "max_episode_steps": max_steps,
-            "steps": steps,
-            "reward": reward,
-            "normalized_return": normalized,
-            "arrived": arrived,
-            "arrived_fraction": arrived_fraction,
+        """One item's records, durable before anything else happens."""
+        item_core = {
             "timed_out": timeout is not None,
             "timeout": timeout,
             "abandoned": abandoned,
-            "skipped": skipped,
-            "invalid_actions": self._invalid_actions if episode is not None else 0,
-            "malfunctions": episode.malfunctions if episode is not None else 0,
-            "wall_s": (now - self._episode_started) if episode is not None else 0.0,
-            "planning_s": self._planning_s if episode is not None else None,
-            "step_think_s": _stats(self._episode_think) if episode is not None else None,
-            "time_bank_used_s": self.bank.used_s if episode is not None else 0.0,
-            "seed": self.adapter.seed,
+            "skipped": not played,
+            "invalid_actions": 0,
+            "wall_s": None,
+            "planning_s": None,
+            "step_think_s": None,
+            "time_bank_used_s": 0.0,
             "debug": self.debug,
             "elapsed_s": self.elapsed_s(now),  # overall budget used when it ended (for --resume)
         }
-        self.store.add_episode(record)  # durable before anything else happens
-        self.records.append(record)
-        if self.on_episode is not None:
-            self.on_episode(record, self)
+        last_core = dict(item_core)
+        if played:
+            last_core.update(
+                invalid_actions=self._invalid_actions,
+                wall_s=now - self._episode_started,
+                planning_s=self._planning_s,
+                step_think_s=stats(self._episode_think),
+                time_bank_used_s=self.bank.used_s,
+            )
+        else:
+            last_core["wall_s"] = 0.0
+        for record in merge_records(item.index, item.key, format_records, item_core, last_core):
+            self.store.add_episode(record)
+            self.records.append(record)
+            if self.on_episode is not None:
+                self.on_episode(record, self)
 
     # -- reports ----------------------------------------------------------------------------
 
@@ -540,58 +555,15 @@ class Evaluation:
         return self.rule.primary(self.records)
 
     def submit_payload(self) -> dict[str, Any]:
-        """Flatland's four submit figures (for legacy clients), plus arbiter's full scores."""
+        """The format's own submit figures (Flatland's four, for legacy clients), plus arbiter's
+        full scores."""
         scores = self.scores()
-        normalized = [r["normalized_return"] for r in self.records]
         return {
-            "mean_reward": statistics.fmean(r["reward"] for r in self.records) if self.records else None,
-            "mean_normalized_reward": statistics.fmean(normalized) if normalized else None,
-            "sum_normalized_reward": math.fsum(normalized) if normalized else None,
-            "mean_percentage_complete": (
-                statistics.fmean(r["arrived_fraction"] for r in self.records) if self.records else None
-            ),
+            **self.plan.submit_fields(self.records),
             "score": scores["primary"] if scores else None,
             "score_secondary": scores["secondary"] if scores else None,
             EXTENSION_KEY: {"state": self.state.value, "debug": self.debug, "scores": scores},
         }
 
     def summary(self) -> dict[str, Any]:
-        end = self.finished_at if self.finished_at is not None else self.clock()
-        scores = self.scores()
-        return {
-            "state": self.state.value,
-            "debug": self.debug,
-            "competition": self.competition,
-            "scoring": self.rule.name,
-            "service_id": self.service_id,
-            "score": {
-                "primary": scores["primary"] if scores else None,
-                "secondary": scores["secondary"] if scores else None,
-                "primary_name": scores["primary_name"] if scores else None,
-                "secondary_name": scores["secondary_name"] if scores else None,
-                "per_test": scores["per_test"] if scores else None,
-                "spread": scores["spread"] if scores else None,
-            },
-            "termination_cause": self.termination_cause,
-            "episodes": {
-                "total": self.total,
-                "recorded": len(self.records),
-                "finished": sum(1 for r in self.records if not (r["timed_out"] or r["abandoned"] or r["skipped"])),
-                "timed_out": sum(1 for r in self.records if r["timed_out"]),
-                "abandoned": sum(1 for r in self.records if r["abandoned"]),
-                "skipped": sum(1 for r in self.records if r["skipped"]),
-            },
-            "budgets": self.budgets.as_dict(),
-            "counters": dict(self.counters),
-            "timing": {
-                "evaluation_s": self.elapsed_s(end),
-                "step_think_s": _stats(self.think_s),
-                "server_step_s": _stats(self.server_step_s),
-                "time_bank_used_s": _stats([r.get("time_bank_used_s", 0.0) for r in self.records if not r["skipped"]]),
-            },
-            "seed": self.adapter.seed,
-            "tests": self.adapter.tests_dir,
-            "client_version": self.client_version,
-            "started_at": self.started_wall,
-            "versions": _versions(),
-        }
+        return evaluation_summary.summary(self)

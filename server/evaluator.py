@@ -1,4 +1,4 @@
-"""Assembles one evaluator from a competition spec: adapter, scoring rule, results, service."""
+"""Assembles one evaluator from a competition spec: the format's plan and rule, results, service."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 
-from .adapters import ADAPTERS
 from .competition import CompetitionSpec
 from .evaluation import Evaluation
 from .events import EventLog, chain
+from .formats import get_format
 from .progress import Progress
-from .recording import RecordingAdapter
+from .recording import RecordingPlan
 from .results import ResultsStore
 from .scoring import scoring_rule
 from .service import EvaluatorService
@@ -25,7 +25,7 @@ from .transport import DEFAULT_OUTAGE_LIMIT_S, RedisTransport
 def build_service(
     spec: CompetitionSpec,
     *,
-    tests: str,
+    tests: str | None,
     results_dir: str,
     redis_url: str,
     service_id: str,
@@ -36,12 +36,14 @@ def build_service(
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
 
-    Around the evaluation: the recorder (``spec.record_episodes``) wraps the adapter, and the
+    Around the evaluation: the recorder (``spec.record_episodes``) wraps the plan, and the
     event log hears of every finished episode and of the end; both see an episode after it is
     in ``episodes.jsonl``, the replay before the event that announces it."""
     keys.validate_service_id(service_id)
-    adapter = ADAPTERS[spec.adapter](tests, seed=spec.seed, max_episodes=spec.max_episodes)
-    store = ResultsStore(results_dir, adapter.metadata_columns, adapter.metadata)
+    found = get_format(spec.format)
+    rule = scoring_rule(spec.format, spec.scoring, spec.options)
+    plan = found.make_plan(spec, rule, tests=tests)
+    store = ResultsStore(results_dir, plan.csv_columns, plan.csv_row)
     previous = store.previous_summary() if resume else None
     if previous is not None and previous.get("state") in ("SUCCESS", "FAILED"):
         raise ConfigError(
@@ -51,19 +53,19 @@ def build_service(
     records = store.load_for_resume() if resume else []
     if not resume:
         store.start_fresh()
-    # Without recording the adapter is used as it is: not even a wrapper on the step path.
-    recorder = (
-        RecordingAdapter(adapter, store=store, record_episodes=spec.record_episodes) if spec.record_episodes else None
-    )
+    # Without recording the plan is used as it is: not even a wrapper on the step path.
+    recorder = RecordingPlan(plan, store=store, record_episodes=spec.record_episodes) if spec.record_episodes else None
     events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
     try:
         evaluation = Evaluation(
-            recorder or adapter,
-            scoring_rule(spec.scoring),
+            recorder or plan,
+            rule,
             spec.budgets,
             store,
             competition=spec.name,
             service_id=service_id,
+            format_name=spec.format,
+            options=spec.options_dict(),
             debug=spec.debug,
             on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
             on_finish=events.finished,
@@ -83,7 +85,7 @@ def build_service(
 def start_service(
     spec: CompetitionSpec,
     *,
-    tests: str,
+    tests: str | None,
     results_dir: str,
     redis_url: str,
     service_id: str,
@@ -107,11 +109,11 @@ def start_service(
     service.install_signal_handlers(also=on_stop_signal)
     # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the
     # process: moved out of the collector's sight, the full collection after each episode
-    # (adapters.flatland) scans only what episodes allocate, well under a millisecond.
+    # (formats/flatland) scans only what episodes allocate, well under a millisecond.
     gc.freeze()
     progress.started(
         service_id=service_id,
-        tests=tests,
+        tests=service.evaluation.plan.source,
         episodes=service.evaluation.total,
         competition=spec.name,
         debug=spec.debug,
@@ -126,5 +128,5 @@ def run_to_end(service: EvaluatorService, progress: Progress, results_dir: str) 
         summary = service.run()
     finally:
         service.transport.close()
-    progress.finished(summary, service.evaluation.records, results_dir)
+    progress.finished(summary, service.evaluation, results_dir)
     return summary

@@ -133,14 +133,16 @@ class EventLog:
                 TIMEOUT,
                 kind=record["timeout"],
                 index=record["index"],
-                env=record["env"],
-                steps=record["steps"],
+                env=record.get("env", record.get("unit")),
+                steps=record.get("steps"),
                 debug=evaluation.debug,
             )
         self.emit(
             EPISODE,
-            **{field: record[field] for field in EPISODE_FIELDS},
-            episodes_done=len(evaluation.records),
+            **{field: record[field] for field in EPISODE_FIELDS if field in record},
+            unit=record.get("unit"),
+            text=evaluation.plan.progress_text(record),  # the format's own line (arbiter watch shows it)
+            episodes_done=record["index"] + 1,  # items are played in order; one may hold many records
             episodes_total=evaluation.total,
             score_so_far=evaluation.running_score(),
             debug=evaluation.debug,

@@ -35,7 +35,7 @@ class Progress:
         )
 
     def episode(self, record: dict[str, Any], evaluation: Any) -> None:
-        done = len(evaluation.records)
+        done = record["index"] + 1  # items are played in order; an item may hold many records
         note = ""
         if record["timed_out"]:
             note = f"  TIMEOUT ({record['timeout']})"
@@ -43,38 +43,39 @@ class Progress:
             note = "  ABANDONED"
         elif record["skipped"]:
             note = "  NOT PLAYED"
-        arrived = f"{record['arrived']}/{record['num_agents']}" if record["num_agents"] else "-"
+        text = evaluation.plan.progress_text(record)
+        if text is None:  # the format shows this record with its item's last one
+            return
         tag = "[DEBUG] " if evaluation.debug else ""
         self.note(
-            f"{tag}[{done}/{evaluation.total}] {record['env']:<22} steps {record['steps']:>5}  "
-            f"return {_fmt(record['normalized_return'])}  arrived {arrived:>5}{note}  | "
+            f"{tag}[{done}/{evaluation.total}] {text}{note}  | "
             f"score so far {_fmt(evaluation.running_score())}  | "
             f"time left {_duration(evaluation.time_left_s(time.monotonic()))}"
         )
 
-    def finished(self, summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> None:
-        self.note(results_table(summary, records, results_dir))
+    def finished(self, summary: dict[str, Any], evaluation: Any, results_dir: str) -> None:
+        self.note(results_table(summary, evaluation.records, results_dir, evaluation.plan))
 
 
-def results_table(summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str) -> str:
-    lines = [
-        "",
-        f"{'#':>3}  {'env':<22} {'agents':>6} {'steps':>6} {'return':>9} {'arrived':>8}  note",
-    ]
+def results_table(summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str, plan: Any) -> str:
+    """The format's columns per record (``plan.table_header``/``table_row``; a row of None is
+    left out), then the scores."""
+    lines = ["", f"{'#':>3}  {plan.table_header()}  note"]
     for r in records:
+        row = plan.table_row(r)
+        if row is None:
+            continue
         note = "timeout " + r["timeout"] if r["timed_out"] else ("abandoned" if r["abandoned"] else "")
         note = "not played" if r["skipped"] else note
-        lines.append(
-            f"{r['index']:>3}  {r['env']:<22} {r['num_agents'] or '-':>6} {r['steps']:>6} "
-            f"{r['normalized_return']:>9.4f} {r['arrived_fraction']:>8.3f}  {note}"
-        )
+        lines.append(f"{r['index']:>3}  {row}  {note}")
     score = summary["score"]
     debug = " (DEBUG run: not an official score)" if summary["debug"] else ""
     lines.append("")
     lines.append(f"state: {summary['state']}{debug} - {summary['termination_cause']}")
     if score["primary"] is not None:
         lines.append(f"primary   ({score['primary_name']}): {score['primary']:.6f}")
-        lines.append(f"secondary ({score['secondary_name']}): {score['secondary']:.6f}")
+        if score["secondary"] is not None:  # a format may have one figure only (two-phase's phase 1 alone)
+            lines.append(f"secondary ({score['secondary_name']}): {score['secondary']:.6f}")
     else:
         lines.append("no score")
     lines.append(f"evaluation time: {summary['timing']['evaluation_s']:.2f} s; results in {results_dir}")

@@ -1,8 +1,8 @@
 """Recording the actions of the first N episodes (``--record N``), for ``arbiter replay``.
 
-A thin wrapper around the env adapter: episodes below N are opened wrapped in a
-``RecordingEpisode`` that keeps every action it applies; every other episode is the adapter's
-own object, so their step path is exactly what it is without recording. When a recorded
+A thin wrapper around the format's plan (Flatland's: replays re-run flatland envs): items below N
+are opened wrapped in a ``RecordingEpisode`` that keeps every action it applies; every other item
+is the plan's own object, so their step path is exactly what it is without recording. When a recorded
 episode ends (finished, timed out or abandoned), its actions are written atomically to
 ``replays/episode-<index>.json`` in the results folder, with what is needed to play them
 again: env path, seed and reward model.
@@ -21,43 +21,43 @@ REPLAY_FORMAT = 1
 
 
 class RecordingEpisode:
-    """One episode whose applied actions are kept; everything else is the wrapped episode's."""
+    """One opened item whose applied actions are kept; everything else is the wrapped item's."""
 
-    def __init__(self, episode: Any, reward_model: str):
-        self._episode = episode
+    def __init__(self, opened: Any, reward_model: str):
+        self._opened = opened
         self.reward_model = reward_model
         self.actions: list[dict[int, int]] = []
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._episode, name)
+        return getattr(self._opened, name)
 
     def step(self, actions: dict[int, int]) -> bool:
-        # The evaluation hands over a fresh dict per step (sanitize_actions) and flatland only
-        # reads it, so keeping the reference is safe.
+        # The evaluation hands over a fresh dict per step (sanitize) and flatland only reads it,
+        # so keeping the reference is safe.
         self.actions.append(actions)
-        return self._episode.step(actions)
+        return self._opened.step(actions)
 
 
-class RecordingAdapter:
-    """The env adapter, recording episodes ``0 .. record_episodes - 1``."""
+class RecordingPlan:
+    """The plan, recording items ``0 .. record_episodes - 1``."""
 
-    def __init__(self, adapter: Any, *, store: ResultsStore, record_episodes: int):
-        self._adapter = adapter
+    def __init__(self, plan: Any, *, store: ResultsStore, record_episodes: int):
+        self._plan = plan
         self._store = store
         self.record_episodes = record_episodes
-        # Opened recorded episodes by index, until their record arrives (an episode prepared
-        # ahead is opened before the previous one ends; one played again is opened anew).
+        # Opened recorded items by index, until their record arrives (an item prepared ahead is
+        # opened before the previous one ends; one played again is opened anew).
         self._recording: dict[int, RecordingEpisode] = {}
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._adapter, name)
+        return getattr(self._plan, name)
 
-    def open(self, spec: Any, reward_model: str) -> Any:
-        episode = self._adapter.open(spec, reward_model)
-        if spec.index >= self.record_episodes:
-            return episode
-        recording = RecordingEpisode(episode, reward_model)
-        self._recording[spec.index] = recording
+    def open(self, item: Any) -> Any:
+        opened = self._plan.open(item)
+        if item.index >= self.record_episodes:
+            return opened
+        recording = RecordingEpisode(opened, self._plan.rule.reward_model)
+        self._recording[item.index] = recording
         return recording
 
     def episode_ended(self, record: dict[str, Any], evaluation: Any) -> None:
@@ -69,7 +69,7 @@ class RecordingAdapter:
             "format": REPLAY_FORMAT,
             "index": record["index"],
             "env": record["env"],
-            "seed": self._adapter.seed,
+            "seed": self._plan.seed,
             "reward_model": recording.reward_model,
             "num_agents": record["num_agents"],
             "steps": len(recording.actions),

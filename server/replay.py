@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 from arbiter.protocol.errors import ConfigError
 
-from .adapters.flatland import EpisodeSpec, FlatlandEpisode
+from .formats.flatland.episodes import EpisodeSpec, FlatlandEpisode
 from .results import REPLAYS_DIR, replay_file
 
 RENDERERS = ("PILSVG", "PIL")  # flatland's headless backends: SVG artwork, or plain shapes (faster)

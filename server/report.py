@@ -10,7 +10,6 @@ that quote a request) come from the participant's side.
 from __future__ import annotations
 
 import json
-import statistics
 from html import escape
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -20,14 +19,10 @@ from arbiter.protocol.errors import ConfigError
 
 from .report_charts import (
     budget_charts,
-    episode_charts,
     fmt_duration,
     fmt_score,
-    fmt_share,
     number,
     section,
-    status_text,
-    think,
 )
 from .report_style import STYLESHEET
 
@@ -78,7 +73,7 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
     return summary, episodes
 
 
-def _table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
+def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
     """A table whose cells are escaped here; ``rows`` hold plain text."""
     cells = "".join(f"<th>{escape(h)}</th>" for h in headers)
     head = f"<thead><tr>{cells}</tr></thead>" if any(headers) else ""
@@ -161,82 +156,13 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
 # --- tables ------------------------------------------------------------------------------------
 
 
-def _per_test(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
-    score = summary.get("score") or {}
-    per_test = score.get("per_test")
-    counts: dict[str, int] = {}
-    for record in episodes:
-        counts[str(record.get("test"))] = counts.get(str(record.get("test")), 0) + 1
-    if isinstance(per_test, dict) and isinstance(per_test.get("primary"), dict):
-        secondary = per_test.get("secondary") or {}
-        headers = ["Test", "episodes", str(score.get("primary_name")), str(score.get("secondary_name"))]
-        rows = [
-            [str(test), str(counts.get(str(test), "–")), fmt_score(value), fmt_score(secondary.get(test))]
-            for test, value in per_test["primary"].items()
-        ]
-        return section("Per Test", _table(headers, rows, "numeric"))
-    if not episodes:
-        return ""
-    groups: dict[str, list[dict[str, Any]]] = {}
-    for record in episodes:
-        groups.setdefault(str(record.get("test")), []).append(record)
-    rows = [
-        [
-            test,
-            str(len(records)),
-            fmt_score(_mean(records, "normalized_return")),
-            fmt_share(_mean(records, "arrived_fraction")),
-        ]
-        for test, records in groups.items()
-    ]
-    headers = ["Test", "episodes", "mean normalized return", "mean fraction arrived"]
-    note = "This evaluation has no score; these are means over its recorded episodes only."
-    return section("Per Test", _table(headers, rows, "numeric"), note)
-
-
-def _mean(records: list[dict[str, Any]], key: str) -> float | None:
-    values = [v for v in (number(r.get(key)) for r in records) if v is not None]
-    return statistics.fmean(values) if values else None
-
-
-def _episodes_table(episodes: list[dict[str, Any]]) -> str:
-    if not episodes:
-        return section("Episodes", '<p class="empty">No episode was recorded.</p>')
-    headers = ["#", "env", "agents", "steps", "normalized return", "arrived", "status", "planning"]
-    headers += ["think mean", "think p99", "think max", "wall", "invalid actions", "malfunctions"]
-    rows = []
-    for record in episodes:
-        agents = record.get("num_agents")
-        rows.append(
-            [
-                str(record.get("index", "")),
-                str(record.get("env", "")),
-                "–" if agents is None else str(agents),
-                f"{record.get('steps', '–')} / {record.get('max_episode_steps') or '–'}",
-                fmt_score(record.get("normalized_return")),
-                "–"
-                if agents is None
-                else f"{record.get('arrived', '–')} ({fmt_share(record.get('arrived_fraction'))})",
-                status_text(record),
-                fmt_duration(record.get("planning_s")),
-                fmt_duration(think(record, "mean")),
-                fmt_duration(think(record, "p99")),
-                fmt_duration(think(record, "max")),
-                fmt_duration(record.get("wall_s")),
-                str(record.get("invalid_actions", "–")),
-                str(record.get("malfunctions", "–")),
-            ]
-        )
-    return section("Episodes", f'<div class="scroll">{_table(headers, rows, "numeric episodes")}</div>')
-
-
 def _details(summary: dict[str, Any]) -> str:
     budgets = summary.get("budgets") or {}
     rows = [[label, fmt_duration(budgets.get(key)), meaning] for key, label, meaning in BUDGET_ROWS]
     rows.append(
         ["Successive timeouts", str(budgets.get("max_successive_timeouts", "–")), "in a row end the evaluation"]
     )
-    budget_table = _table(["budget", "limit", "measured"], rows, "budgets")
+    budget_table = table(["budget", "limit", "measured"], rows, "budgets")
     timing = summary.get("timing") or {}
     timing_rows = []
     for key, label in (("step_think_s", "agent time per step"), ("server_step_s", "evaluator time per step")):
@@ -244,7 +170,7 @@ def _details(summary: dict[str, Any]) -> str:
         timing_rows.append(
             [label, str(stats.get("n", "–"))] + [fmt_duration(stats.get(k)) for k in ("min", "mean", "p99", "max")]
         )
-    timing_table = _table(["all steps", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
+    timing_table = table(["all steps", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
     counters = summary.get("counters") or {}
     counter_rows = [[str(name), str(value)] for name, value in sorted(counters.items())] or [["none", ""]]
     versions = summary.get("versions") or {}
@@ -263,9 +189,22 @@ def _details(summary: dict[str, Any]) -> str:
         section("Budgets", budget_table)
         + section("Step timing", timing_table)
         + '<section class="columns">'
-        + f"<div><h2>Counters</h2>{_table(['counter', 'count'], counter_rows)}</div>"
-        + f"<div><h2>Run</h2>{_table(['', ''], run_rows)}</div></section>"
+        + f"<div><h2>Counters</h2>{table(['counter', 'count'], counter_rows)}</div>"
+        + f"<div><h2>Run</h2>{table(['', ''], run_rows)}</div></section>"
     )
+
+
+def format_sections(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+    """The sections of the evaluation's format (summaries written before formats existed are
+    Flatland's); a format that cannot be loaded here (its extra is not installed) is said so."""
+    from .formats import get_format
+
+    name = str(summary.get("format") or "flatland")
+    try:
+        found = get_format(name)
+    except ConfigError as exc:
+        return section("Format", f'<p class="empty">{escape(str(exc))}</p>')
+    return found.report_sections(summary, episodes) if found.report_sections else ""
 
 
 # --- the page ----------------------------------------------------------------------------------
@@ -281,10 +220,8 @@ def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, so
     body = (
         _headline(summary, source)
         + _counts(summary, episodes)
-        + _per_test(summary, episodes)
-        + section("Per episode", episode_charts(episodes, summary))
+        + format_sections(summary, episodes)
         + budget_charts(episodes, summary)
-        + _episodes_table(episodes)
         + _details(summary)
         + f"<footer>Written by arbiter {escape(arbiter_version)} from {escape(source)}</footer>"
     )

@@ -12,7 +12,7 @@ import statistics
 from html import escape
 from typing import Any
 
-from .svg import Axis, Plot, gauge, linear_axis, log_axis
+from .svg import Axis, Plot, gauge, log_axis
 
 STATUS_TEXT = {"finished": "finished", "timeout": "timed out", "abandoned": "abandoned", "skipped": "not played"}
 # Round durations for the ticks of a log axis: 1 µs ... 100 ms, 1 s, 10 s, 1 min, 10 min, 1 h, 10 h.
@@ -78,7 +78,7 @@ def section(title: str, body: str, note: str = "") -> str:
     return f"<section><h2>{escape(title)}</h2>{note_html}{body}</section>"
 
 
-def _figure(title: str, chart: str, legend: str = "") -> str:
+def figure(title: str, chart: str, legend: str = "") -> str:
     return f"<figure><figcaption>{escape(title)}</figcaption>{chart}{legend}</figure>"
 
 
@@ -106,7 +106,7 @@ def _tip(record: dict[str, Any], text: str) -> str:
     return f"#{record.get('index', '')} {record.get('env', '')} ({status_text(record)}): {text}"
 
 
-def _episode_bars(episodes: list[dict[str, Any]], *, name: str, title: str, key: str, axis: Axis, fmt: Any) -> str:
+def episode_bars(episodes: list[dict[str, Any]], *, name: str, title: str, key: str, axis: Axis, fmt: Any) -> str:
     plot = Plot(name, title=title, count=len(episodes), axis=axis, tick_format=fmt, x_labels=_x_labels(episodes))
     values = []
     for i, record in enumerate(episodes):
@@ -114,26 +114,10 @@ def _episode_bars(episodes: list[dict[str, Any]], *, name: str, title: str, key:
         values.append(value)
         plot.bar(i, value, tip=_tip(record, fmt(value)), css=status(record))
     plot.rule(statistics.fmean(values), label=f"mean {fmt(statistics.fmean(values))}", css="mean")
-    return _figure(title, plot.svg(), EPISODE_LEGEND)
+    return figure(title, plot.svg(), EPISODE_LEGEND)
 
 
-def _return_chart(episodes: list[dict[str, Any]]) -> str:
-    values = [number(r.get("normalized_return")) or 0.0 for r in episodes]
-    axis = linear_axis(values, lo=-1.0 if min(values) < 0 else 0.0, hi=1.0 if max(values) > 0 else 0.0)
-    fmt = lambda v: f"{v:.2f}"  # noqa: E731
-    title = "Normalized return per episode"
-    return _episode_bars(episodes, name="normalized-return", title=title, key="normalized_return", axis=axis, fmt=fmt)
-
-
-def _arrival_chart(episodes: list[dict[str, Any]]) -> str:
-    title = "Fraction of agents arrived per episode"
-    axis = Axis(0.0, 1.0)
-    return _episode_bars(
-        episodes, name="arrived-fraction", title=title, key="arrived_fraction", axis=axis, fmt=fmt_share
-    )
-
-
-def _think_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
+def think_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     """Per episode: the agent's time per step as min–max whisker and a mean–p99 box; then all steps."""
     rows = [(str(r.get("index", "")), r.get("step_think_s"), _tip(r, "")) for r in episodes]
     overall = (summary.get("timing") or {}).get("step_think_s")
@@ -141,7 +125,7 @@ def _think_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str
     rows = [(label, stats, tip) for label, stats, tip in rows if isinstance(stats, dict) and number(stats.get("max"))]
     title = "Agent time per step (whisker min–max, box mean–p99)"
     if not rows:
-        return _figure(title, '<p class="empty">No step was timed.</p>')
+        return figure(title, '<p class="empty">No step was timed.</p>')
     values = [number(stats.get(k)) or 0.0 for _, stats, _ in rows for k in ("min", "max")]
     plot = Plot(
         "step-time",
@@ -156,7 +140,7 @@ def _think_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str
         text = f"{stats.get('n', '?')} steps; min {fmt_duration(low)}, mean {fmt_duration(mean)}, "
         text += f"p99 {fmt_duration(p99)}, max {fmt_duration(high)}"
         plot.range(i, low=low, box_low=mean, box_high=p99, high=high, tip=tip + text)
-    return _figure(title, plot.svg())
+    return figure(title, plot.svg())
 
 
 def _budget_dots(
@@ -171,7 +155,7 @@ def _budget_dots(
         if value is not None:
             points.append((i, value, record))
     if not points:
-        return _figure(title, '<p class="empty">Nothing was measured.</p>')
+        return figure(title, '<p class="empty">Nothing was measured.</p>')
     axis = log_axis([value for _, value, _ in points] + ([budget] if budget else []), DURATION_TICKS)
     plot = Plot(
         name, title=title, count=len(episodes), axis=axis, tick_format=fmt_duration, x_labels=_x_labels(episodes)
@@ -181,7 +165,7 @@ def _budget_dots(
         plot.dot(i, value, tip=_tip(record, fmt_duration(value) + share), css=status(record))
     if budget:
         plot.rule(budget, label=f"budget {fmt_duration(budget)}", css="budget")
-    return _figure(title, plot.svg(), EPISODE_LEGEND)
+    return figure(title, plot.svg(), EPISODE_LEGEND)
 
 
 def _time_bank_chart(episodes: list[dict[str, Any]], bank: float) -> str:
@@ -194,7 +178,7 @@ def _time_bank_chart(episodes: list[dict[str, Any]], bank: float) -> str:
         tip = _tip(record, f"{fmt_duration(used)} ({fmt_share(used / bank)} of the bank)")
         plot.bar(i, used, tip=tip, css=status(record))
     plot.rule(bank, label=f"bank {fmt_duration(bank)}", css="budget")
-    return _figure(title, plot.svg(), EPISODE_LEGEND)
+    return figure(title, plot.svg(), EPISODE_LEGEND)
 
 
 def budget_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
@@ -228,12 +212,5 @@ def budget_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> st
     if used is not None and budget:
         label = f"{fmt_duration(used)} of {fmt_duration(budget)} ({fmt_share(used / budget)})"
         title = "Overall time against the overall budget"
-        parts.append(_figure(title, gauge("overall-time", used=used, budget=budget, title=title, label=label)))
+        parts.append(figure(title, gauge("overall-time", used=used, budget=budget, title=title, label=label)))
     return section("Time used against the budgets", "".join(parts)) if parts else ""
-
-
-def episode_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
-    """Normalized return, arrival and the agent's step times, one slot per recorded episode."""
-    if not episodes:
-        return '<p class="empty">No episode was recorded, so there is nothing to plot per episode.</p>'
-    return _return_chart(episodes) + _arrival_chart(episodes) + _think_chart(episodes, summary)

@@ -2,8 +2,8 @@
 
 - ``episodes.jsonl``: one JSON object per finished episode, appended, flushed and fsynced (the
   source of truth);
-- ``results.csv``: the test set's metadata columns plus flatland's result columns, one row per
-  finished episode, rewritten atomically (temp file + rename) after each episode;
+- ``results.csv``: the format's columns (Flatland: the test set's metadata columns plus
+  flatland's result columns), one row per record, rewritten atomically (temp file + rename);
 - ``summary.json``: the evaluation's state and scores, rewritten atomically;
 - ``events.jsonl``: the progress events (server/events.py), informational only;
 - ``replays/episode-<index>.json``: the actions of recorded episodes (server/recording.py).
@@ -16,22 +16,9 @@ import io
 import json
 import os
 import shutil
+from collections.abc import Callable
 from typing import Any
 
-# flatland-rl's result columns, in its order, so tools reading its CSV read ours.
-FLATLAND_RESULT_COLUMNS = [
-    "reward",
-    "normalized_reward",
-    "percentage_complete",
-    "steps",
-    "simulation_time",
-    "nb_malfunctioning_trains",
-    "nb_deadlocked_trains",
-    "controller_inference_time_min",
-    "controller_inference_time_mean",
-    "controller_inference_time_max",
-]
-EXTRA_COLUMNS = ["timed_out", "timeout", "debug"]
 REPLAYS_DIR = "replays"
 
 
@@ -50,7 +37,7 @@ def _atomic_write(path: str, text: str) -> None:
 
 
 class ResultsStore:
-    def __init__(self, directory: str, metadata_columns: list[str], metadata: dict[str, dict[str, str]]):
+    def __init__(self, directory: str, csv_columns: list[str], csv_row: Callable[[dict[str, Any]], dict[str, Any]]):
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
         self.episodes_path = os.path.join(directory, "episodes.jsonl")
@@ -58,8 +45,8 @@ class ResultsStore:
         self.summary_path = os.path.join(directory, "summary.json")
         self.events_path = os.path.join(directory, "events.jsonl")
         self.replays_dir = os.path.join(directory, REPLAYS_DIR)
-        self.metadata_columns = metadata_columns
-        self.metadata = metadata
+        self.csv_columns = csv_columns
+        self._csv_row = csv_row
         self._csv_rows: list[dict[str, Any]] = []
 
     def start_fresh(self) -> None:
@@ -114,36 +101,9 @@ class ResultsStore:
         self._csv_rows.append(self._csv_row(record))
         self._write_csv()
 
-    def _csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
-        row: dict[str, Any] = dict(self.metadata.get(record["env"], {}))
-        if not row:
-            row.update({"test_id": record["test"], "env_id": record["level"]})
-        think = record.get("step_think_s") or {}
-        row.update(
-            {
-                "reward": record["reward"],
-                "normalized_reward": record["normalized_return"],
-                "percentage_complete": record["arrived_fraction"],
-                "steps": record["steps"],
-                "simulation_time": record["wall_s"],
-                "nb_malfunctioning_trains": record.get("malfunctions", 0),
-                "nb_deadlocked_trains": "",
-                "controller_inference_time_min": think.get("min", 0.0),
-                "controller_inference_time_mean": think.get("mean", 0.0),
-                "controller_inference_time_max": think.get("max", 0.0),
-                "timed_out": record["timed_out"],
-                "timeout": record.get("timeout") or "",
-                "debug": record.get("debug", False),
-            }
-        )
-        return row
-
     def _write_csv(self) -> None:
-        columns = [c for c in self.metadata_columns if c not in FLATLAND_RESULT_COLUMNS]
-        columns = columns or ["test_id", "env_id"]
-        columns += FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
         out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+        writer = csv.DictWriter(out, fieldnames=self.csv_columns, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
         writer.writerows(self._csv_rows)
         _atomic_write(self.csv_path, out.getvalue())

@@ -44,13 +44,14 @@ class RunOutcome:
     exit_code: int
 
 
-def agent_environment(redis_url: str, service_id: str, tests: str) -> dict[str, str]:
+def agent_environment(redis_url: str, service_id: str, tests: str | None) -> dict[str, str]:
     """What the agent needs to connect: arbiter's variables and flatland's legacy ones."""
     env = dict(os.environ)
     env["ARBITER_REDIS_URL"] = redis_url
     env["AICROWD_SUBMISSION_ID"] = service_id
     env["redis_ip"] = urlparse(redis_url).hostname or "127.0.0.1"
-    env["AICROWD_TESTS_FOLDER"] = os.path.abspath(tests)
+    if tests is not None:
+        env["AICROWD_TESTS_FOLDER"] = os.path.abspath(tests)
     return env
 
 
@@ -126,7 +127,7 @@ def run_local(
     spec: CompetitionSpec,
     *,
     agent_command: list[str],
-    tests: str,
+    tests: str | None,
     results_dir: str,
     service_id: str,
     redis_url: str | None,
@@ -163,7 +164,7 @@ def run_local(
                 service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
                 service.transport.close()
                 summary = service.evaluation.summary()
-                progress.finished(summary, service.evaluation.records, results_dir)
+                progress.finished(summary, service.evaluation, results_dir)
                 return RunOutcome(summary, None, 1)
             process = agent.process
             threading.Thread(

@@ -1,12 +1,12 @@
-"""Scoring rules: how one episode is scored and how episodes become leaderboard figures.
+"""Scoring rules: how records become leaderboard figures, whatever the format.
 
-A rule sees only finished-episode records (plain dicts, as written to episodes.jsonl), so a
-score can always be recomputed offline from the results folder.
+A rule sees only records (plain dicts, as written to episodes.jsonl), so a score can always be
+recomputed offline from the results folder. Each format ships its rules (``formats/<name>/``);
+this module holds what they share: the interface, the spread of a figure, and the lookup.
 """
 
 from __future__ import annotations
 
-import math
 import random
 import statistics
 from typing import Any, Protocol
@@ -16,15 +16,11 @@ from arbiter.protocol.errors import ConfigError
 
 class ScoringRule(Protocol):
     name: str
-    reward_model: str  # which per-step rewards the env applies (see protocol.flatland_env)
     higher_is_better: bool
 
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
-        """The per-episode figure; ``finished`` is False for a timed-out or unplayed episode."""
-
-    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float: ...
-
-    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]: ...
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+        """At least primary, secondary, primary_name, secondary_name and spread; summary.json's
+        ``score`` is this map as it is."""
 
     def primary(self, episodes: list[dict[str, Any]]) -> float:
         """The primary figure alone: what ``aggregate`` reports as primary, without the spread
@@ -43,80 +39,16 @@ def spread(values: list[float], seed: int = 0) -> dict[str, Any]:
     return spread
 
 
-def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
-    tests: dict[str, list[float]] = {}
-    for record in episodes:
-        tests.setdefault(record["test"], []).append(record[key])
-    return {test: reduce(values) for test, values in tests.items()}
+def scoring_rule(format_name: str, name: str | None = None, options: Any = None) -> ScoringRule:
+    """The rule ``name`` of a format (its default rule when None), built with the format's options."""
+    from .formats import get_format
 
-
-def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: str) -> dict[str, Any]:
-    """Primary: ``primary_of`` the episodes' normalized returns; secondary: mean arrived fraction."""
-    returns = [r["normalized_return"] for r in episodes]
-    arrived = [r["arrived_fraction"] for r in episodes]
-    return {
-        "primary": primary_of(returns),
-        "secondary": statistics.fmean(arrived),
-        "primary_name": primary_name,
-        "secondary_name": "mean fraction of agents arrived",
-        "per_test": {
-            "primary": _per_test(episodes, "normalized_return", primary_of),
-            "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
-        },
-        "spread": {"primary": spread(returns), "secondary": spread(arrived)},
-    }
-
-
-class NeurIPS2020:
-    """SCORING.md §1: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
-
-    name = "neurips2020"
-    reward_model = "neurips2020"
-    higher_is_better = True
-
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
-        if not finished:
-            return -1.0
-        return reward / (max_episode_steps * num_agents)
-
-    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
-        # Agents that reached their target before a timeout did arrive: the figure stays honest.
-        return arrived / num_agents
-
-    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        return _aggregate(episodes, statistics.fmean, "mean normalized return")
-
-    def primary(self, episodes: list[dict[str, Any]]) -> float:
-        return statistics.fmean(r["normalized_return"] for r in episodes)
-
-
-class Flatland3:
-    """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
-
-    name = "flatland3"
-    reward_model = "flatland"
-    higher_is_better = True
-
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
-        if not finished:
-            return 0.0
-        return reward / (max_episode_steps * num_agents) + 1.0
-
-    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
-        return arrived / num_agents if finished else 0.0
-
-    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        return _aggregate(episodes, math.fsum, "sum of normalized rewards")
-
-    def primary(self, episodes: list[dict[str, Any]]) -> float:
-        return math.fsum(r["normalized_return"] for r in episodes)
-
-
-RULES: dict[str, type] = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}
-
-
-def scoring_rule(name: str) -> ScoringRule:
+    found = get_format(format_name)
+    name = name or found.default_rule
     try:
-        return RULES[name]()
+        make = found.rules[name]
     except KeyError:
-        raise ConfigError(f"unknown scoring rule {name!r}; known: {', '.join(sorted(RULES))}") from None
+        raise ConfigError(
+            f"unknown scoring rule {name!r} for format {format_name!r}; known: {', '.join(found.rules)}"
+        ) from None
+    return make(options)

@@ -131,6 +131,13 @@ def render(event: dict[str, Any]) -> str:
             note = "  ABANDONED"
         elif event.get("skipped"):
             note = "  NOT PLAYED"
+        if "text" in event:  # the format's own line (events written before formats had none)
+            if event["text"] is None:
+                return ""  # a record the format shows with its item's last one
+            return (
+                f"{tag}[{event.get('episodes_done')}/{event.get('episodes_total')}] {event['text']}{note}"
+                f"  | score so far {_fmt(event.get('score_so_far'))}"
+            )
         arrived = f"{event.get('arrived')}/{event.get('num_agents')}" if event.get("num_agents") else "-"
         return (
             f"{tag}[{event.get('episodes_done')}/{event.get('episodes_total')}] {event.get('env', ''):<22} "

@@ -9,7 +9,8 @@ import pytest
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.budgets import BudgetPolicy
 from arbiter.server.competition import load_competition, preset_names, spec_from_dict
-from arbiter.server.scoring import Flatland3, NeurIPS2020, scoring_rule
+from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
+from arbiter.server.scoring import scoring_rule
 
 
 def test_presets_load_with_the_official_budgets():
@@ -38,7 +39,8 @@ def test_a_competition_file_is_validated(tmp_path):
         ("[budgets]\nstep_s = -1\n", "positive"),
         ("[budgets]\nmax_successive_timeouts = 0\n", ">= 1"),
         ('scoring = "best"\n', "unknown scoring rule"),
-        ('adapter = "atari"\n', "unknown adapter"),
+        ('adapter = "atari"\n', "unknown format"),
+        ('format = "atari"\n', "unknown format"),
         ("max_episodes = 0\n", "max_episodes"),
         ("seed = = 3\n", "mine.toml"),
     ]:
@@ -93,8 +95,8 @@ def test_flatland3_rule():
 
 
 def test_unknown_rule_is_a_config_error():
-    with pytest.raises(ConfigError, match="known: flatland3, neurips2020"):
-        scoring_rule("fastest")
+    with pytest.raises(ConfigError, match="known: neurips2020, flatland3"):
+        scoring_rule("flatland", "fastest")
 
 
 @pytest.mark.parametrize("rule", [NeurIPS2020(), Flatland3()], ids=lambda r: r.name)

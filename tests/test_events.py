@@ -36,7 +36,7 @@ def test_a_full_evaluation_with_a_timeout_publishes_its_events_in_order(
     with running_service(
         spec(step_s=0.3, planning_s=5), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id
     ) as (service, outcome):
-        assert service.evaluation.adapter.__class__.__name__ == "FlatlandTestFolder"  # no recording wrapper
+        assert service.evaluation.plan.__class__.__name__ == "FlatlandPlan"  # no recording wrapper
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
         client.env_create()
         time_out_episode(client, redis_conn, episode=0, steps=3)

@@ -36,7 +36,7 @@ def deterministic_agent(client: RemoteClient, step_delay_s: float = 0.0) -> dict
 
 
 def test_a_torn_last_line_is_cut_off_on_resume(tmp_path):
-    store = ResultsStore(str(tmp_path), ["test_id", "env_id"], {})
+    store = ResultsStore(str(tmp_path), ["test_id", "env_id"], lambda record: {})
     for index in range(2):
         store.add_episode(
             {
@@ -55,7 +55,7 @@ def test_a_torn_last_line_is_cut_off_on_resume(tmp_path):
     whole = os.path.getsize(store.episodes_path)
     with open(store.episodes_path, "ab") as handle:
         handle.write(b'{"index": 2, "env": "Test_0/Lev')  # SIGKILL in the middle of an append
-    records = ResultsStore(str(tmp_path), ["test_id", "env_id"], {}).load_for_resume()
+    records = ResultsStore(str(tmp_path), ["test_id", "env_id"], lambda record: {}).load_for_resume()
     assert [r["index"] for r in records] == [0, 1]
     assert os.path.getsize(store.episodes_path) == whole
     with open(store.csv_path) as handle:

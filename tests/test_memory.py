@@ -12,7 +12,7 @@ import weakref
 from harness import finish, play_episode, running_service, spec
 
 from arbiter.client import RemoteClient
-from arbiter.server.adapters.flatland import FlatlandTestFolder
+from arbiter.server.formats.flatland.episodes import FlatlandTestFolder
 
 
 def test_the_evaluator_frees_each_finished_episodes_env(tiny_tests):

@@ -72,6 +72,8 @@ class Plan(Protocol):
     seed: int | None
     source: str | None  # what is evaluated on (a test folder, an env id), for the summary
     csv_columns: list[str]
+    server_side: bool  # True: every step is answered with the observation (the env is the server's)
+    prepare_ahead: bool  # True: the next item may be opened while the current one runs
 
     def open(self, item: Item) -> OpenItem: ...
 
@@ -85,6 +87,18 @@ class Plan(Protocol):
         """Fields the format adds to the ENV_SUBMIT reply (flatland's legacy figures)."""
 
     def csv_row(self, record: dict[str, Any]) -> dict[str, Any]: ...
+
+    def progress_text(self, record: dict[str, Any]) -> str | None:
+        """One progress line's text for a record (None: not shown, e.g. a training episode that
+        is not its run's last; the core puts item-wide figures such as ``wall_s`` on an item's
+        last record only)."""
+
+    def table_header(self) -> str: ...
+
+    def table_row(self, record: dict[str, Any]) -> str | None:
+        """The record's row of the results table printed at the end (None: left out)."""
+
+    def close(self) -> None: ...
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,9 @@ def make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
 
 
 class TwoPhasePlan:
+    server_side = True
+    prepare_ahead = False  # one env serves every item: opening the next would reset it
+    packages = ("gymnasium",)
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         options: TwoPhaseOptions = spec.options
         self.options = options
@@ -119,6 +122,28 @@ class TwoPhasePlan:
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
+
+    def progress_text(self, record: dict[str, Any]) -> str | None:
+        if record["stage"] == "train":
+            if record.get("wall_s") is None:
+                return None  # one line per run: its last record
+            converged = record.get("converged_at")
+            ended = f"converged at step {converged}" if converged is not None else f"ended: {record.get('run_ended')}"
+            return f"phase 2 run {record['run']} training: {record['total_steps']} steps, {ended}"
+        where = "phase 1" if record["phase"] == 1 else f"phase 2 run {record['run']}"
+        return f"{where} eval episode {record['episode']}: steps {record['steps']:>5}  return {record['return']:g}"
+
+    def table_header(self) -> str:
+        return f"{'phase':>5} {'stage':<5} {'run':>3} {'episodes':>8} {'steps':>7} {'return':>10}"
+
+    def table_row(self, r: dict[str, Any]) -> str | None:
+        if r["stage"] == "train":
+            if r.get("wall_s") is None:
+                return None
+            episodes = (r.get("episode") or 0) + 1
+            return f"{2:>5} {'train':<5} {r['run']:>3} {episodes:>8} {r['total_steps']:>7} {'':>10}"
+        run = "-" if r["run"] is None else r["run"]
+        return f"{r['phase']:>5} {'eval':<5} {run:>3} {1:>8} {r['steps']:>7} {r['return']:>10.2f}"
 
     def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
         return {column: record.get(column, "") for column in CSV_COLUMNS}

@@ -22,7 +22,9 @@ def _returns_chart(name: str, title: str, records: list[dict[str, Any]]) -> str:
                 x_labels=[str(r.get("episode", i)) for i, r in enumerate(records)])  # fmt: skip
     for i, record in enumerate(records):
         css = "timeout" if record.get("timed_out") else "finished"
-        plot.bar(i, values[i], tip=f"episode {record.get('episode')} (seed {record.get('seed')}): {values[i]:g}", css=css)
+        plot.bar(
+            i, values[i], tip=f"episode {record.get('episode')} (seed {record.get('seed')}): {values[i]:g}", css=css
+        )
     if values:
         mean = sum(values) / len(values)
         plot.rule(mean, label=f"mean {mean:g}", css="mean")
@@ -81,7 +83,9 @@ def report_sections(summary: dict[str, Any], records: list[dict[str, Any]]) -> s
             f"<td>{fmt_score(run.get('eval_return'))}</td></tr>"
         )
     if runs:
-        head = "<tr><th>run</th><th>converged</th><th>step</th><th>scored</th><th>episodes</th><th>eval return</th></tr>"
+        head = (
+            "<tr><th>run</th><th>converged</th><th>step</th><th>scored</th><th>episodes</th><th>eval return</th></tr>"
+        )
         table = f'<table class="numeric"><thead>{head}</thead><tbody>{rows}</tbody></table>'
         note = (
             f"Criterion {rule.get('criterion', '–')}: goal {rule.get('goal_reward', '–')}, window "
@@ -89,6 +93,3 @@ def report_sections(summary: dict[str, Any], records: list[dict[str, Any]]) -> s
         )
         html += section("Phase 2: training runs", table + charts, note)
     return html
-
-
-

@@ -128,4 +128,3 @@ class TwoPhaseRule:
                 "penalty": self.options.phase2.penalty,
             },
         }
-

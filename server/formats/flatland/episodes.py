@@ -19,7 +19,7 @@ import numpy as np
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, release_flatland_caches, rewards_for
 
-from ..testsets import list_env_paths
+from ...testsets import list_env_paths
 
 # flatland's RailEnvActions: DO_NOTHING, MOVE_LEFT, MOVE_FORWARD, MOVE_RIGHT, STOP_MOVING
 NUM_ACTIONS = 5

@@ -1,0 +1,120 @@
+"""What an evaluation reports about itself: the record of a played item, per-step timing
+statistics, and ``summary.json`` (server/evaluation.py owns the state these are made from)."""
+
+from __future__ import annotations
+
+import math
+import platform
+from typing import Any
+
+# Fields the core adds to every record; a format's own fields of the same name win.
+CORE_FIELDS = (
+    "timed_out",
+    "timeout",
+    "abandoned",
+    "skipped",
+    "invalid_actions",
+    "wall_s",
+    "planning_s",
+    "step_think_s",
+    "time_bank_used_s",
+    "debug",
+    "elapsed_s",
+)
+
+
+def stats(values: Any) -> dict[str, float] | None:
+    if not len(values):
+        return None
+    ordered = sorted(values)
+    return {
+        "n": len(ordered),
+        "min": ordered[0],
+        "mean": math.fsum(ordered) / len(ordered),
+        "p99": ordered[min(len(ordered) - 1, math.ceil(0.99 * len(ordered)) - 1)],
+        "max": ordered[-1],
+    }
+
+
+def versions(format_packages: tuple[str, ...] = ()) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {"python": platform.python_version()}
+    for package in ("arbiter", "redis", "msgpack", "numpy", *format_packages):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = "unknown"
+    return found
+
+
+def merge_records(
+    index: int, unit: str, format_records: list[dict[str, Any]], item_core: dict[str, Any], last_core: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The records of one item as written: ``index`` and ``unit`` (the item's key, which --resume
+    checks), the format's fields, then the core's. Item-wide figures (wall time, think times,
+    invalid actions, the bank) go on the item's last record only, so sums over records count
+    them once; the others carry what is true of each record."""
+    merged = []
+    last = len(format_records) - 1
+    for i, fields in enumerate(format_records):
+        record: dict[str, Any] = {"index": index, "unit": unit, **fields}
+        core = last_core if i == last else item_core
+        for key in CORE_FIELDS:
+            if key not in record:
+                record[key] = core[key]
+        merged.append(record)
+    return merged
+
+
+def counts(total: int, records: list[dict[str, Any]]) -> dict[str, int]:
+    return {
+        "total": total,
+        "recorded": len(records),
+        "finished": sum(1 for r in records if not (r["timed_out"] or r["abandoned"] or r["skipped"])),
+        "timed_out": sum(1 for r in records if r["timed_out"]),
+        "abandoned": sum(1 for r in records if r["abandoned"]),
+        "skipped": sum(1 for r in records if r["skipped"]),
+    }
+
+
+EMPTY_SCORE = {
+    "primary": None,
+    "secondary": None,
+    "primary_name": None,
+    "secondary_name": None,
+    "per_test": None,
+    "spread": None,
+}
+
+
+def summary(evaluation: Any) -> dict[str, Any]:
+    end = evaluation.finished_at if evaluation.finished_at is not None else evaluation.clock()
+    scores = evaluation.scores()
+    records = evaluation.records
+    plan = evaluation.plan
+    return {
+        "state": evaluation.state.value,
+        "debug": evaluation.debug,
+        "format": evaluation.format_name,
+        "competition": evaluation.competition,
+        "scoring": evaluation.rule.name,
+        "service_id": evaluation.service_id,
+        "score": scores if scores else dict(EMPTY_SCORE),
+        "termination_cause": evaluation.termination_cause,
+        "episodes": counts(len(evaluation.items), records),
+        "budgets": evaluation.budgets.as_dict(),
+        "counters": dict(evaluation.counters),
+        "timing": {
+            "evaluation_s": evaluation.elapsed_s(end),
+            "step_think_s": stats(evaluation.think_s),
+            "server_step_s": stats(evaluation.server_step_s),
+            "time_bank_used_s": stats([r.get("time_bank_used_s") or 0.0 for r in records if not r["skipped"]]),
+        },
+        "seed": plan.seed,
+        "tests": plan.source,
+        "options": evaluation.options,
+        "client_version": evaluation.client_version,
+        "started_at": evaluation.started_wall,
+        "versions": versions(getattr(plan, "packages", ())),
+    }

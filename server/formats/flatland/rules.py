@@ -1,0 +1,82 @@
+"""Flatland's scoring rules (SCORING.md §1): per-episode normalized return, then the mean (NeurIPS
+2020) or the sum (flatland-rl 4.3.0's own rule) over episodes; secondary: mean fraction arrived."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from typing import Any
+
+from ...scoring import spread
+
+
+def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
+    tests: dict[str, list[float]] = {}
+    for record in episodes:
+        tests.setdefault(record["test"], []).append(record[key])
+    return {test: reduce(values) for test, values in tests.items()}
+
+
+def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: str) -> dict[str, Any]:
+    """Primary: ``primary_of`` the episodes' normalized returns; secondary: mean arrived fraction."""
+    returns = [r["normalized_return"] for r in episodes]
+    arrived = [r["arrived_fraction"] for r in episodes]
+    return {
+        "primary": primary_of(returns),
+        "secondary": statistics.fmean(arrived),
+        "primary_name": primary_name,
+        "secondary_name": "mean fraction of agents arrived",
+        "per_test": {
+            "primary": _per_test(episodes, "normalized_return", primary_of),
+            "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
+        },
+        "spread": {"primary": spread(returns), "secondary": spread(arrived)},
+    }
+
+
+class NeurIPS2020:
+    """SCORING.md §1: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
+
+    name = "neurips2020"
+    reward_model = "neurips2020"
+    higher_is_better = True
+
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+        if not finished:
+            return -1.0
+        return reward / (max_episode_steps * num_agents)
+
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
+        # Agents that reached their target before a timeout did arrive: the figure stays honest.
+        return arrived / num_agents
+
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+        return _aggregate(episodes, statistics.fmean, "mean normalized return")
+
+    def primary(self, episodes: list[dict[str, Any]]) -> float:
+        return statistics.fmean(r["normalized_return"] for r in episodes)
+
+
+class Flatland3:
+    """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
+
+    name = "flatland3"
+    reward_model = "flatland"
+    higher_is_better = True
+
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+        if not finished:
+            return 0.0
+        return reward / (max_episode_steps * num_agents) + 1.0
+
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
+        return arrived / num_agents if finished else 0.0
+
+    def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
+        return _aggregate(episodes, math.fsum, "sum of normalized rewards")
+
+    def primary(self, episodes: list[dict[str, Any]]) -> float:
+        return math.fsum(r["normalized_return"] for r in episodes)
+
+
+RULES = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}
