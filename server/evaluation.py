@@ -31,14 +31,15 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.protocol.errors import ConfigError, EvaluationError, OutOfOrder, TimeoutException
+from arbiter.protocol.errors import EvaluationError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from . import evaluation_summary
 from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for, silence_before_takeover_s
-from .evaluation_summary import merge_records, stats
+from .evaluation_summary import core_fields, merge_records, stats
 from .formats.base import Item, OpenItem, Plan
 from .results import ResultsStore
+from .resume import resume_point
 from .scoring import ScoringRule
 
 log = logging.getLogger(__name__)
@@ -208,31 +209,16 @@ class Evaluation:
         self.counters["downtime_ms"] += round(downtime_s * 1000)
 
     def restore(self, records: list[dict[str, Any]]) -> None:
-        """Continue a killed evaluation after its last finished item (``--resume``). An item's
-        records are written together when it ends, so an interrupted item (a training run cut
-        by the kill) left none and is played again from its start."""
-        units: list[str] = []
-        for record in records:
-            unit = str(record.get("unit", record.get("env")))  # results written before units existed
-            if not units or units[-1] != unit:
-                units.append(unit)
-        if len(units) > self.total:
-            raise ConfigError(f"the results folder holds {len(units)} items; this plan has {self.total}")
-        for index, (unit, item) in enumerate(zip(units, self.items, strict=False)):
-            if unit != item.key:
-                raise ConfigError(
-                    f"the results folder does not belong to this test set or plan: item {index} "
-                    f"is {unit!r} there, {item.key!r} here"
-                )
+        """Continue a killed evaluation after its last finished item (``--resume``)."""
+        point = resume_point(records, self.items)
         self.records = list(records)
-        self.next_index = len(units)
-        self.used_before_s = float(records[-1].get("elapsed_s") or 0.0) if records else 0.0
-        for record in reversed(records):
-            if not record["timed_out"]:
-                break
-            self.successive_timeouts += 1
+        self.next_index = point.items_done
+        self.used_before_s = point.used_before_s
+        self.successive_timeouts = point.successive_timeouts
         self.counters["resumed"] += 1
-        log.info("resuming after %d finished items (%.1f s of the overall budget used)", len(units), self.used_before_s)
+        log.info(
+            "resuming after %d finished items (%.1f s of the overall budget used)", point.items_done, self.used_before_s
+        )
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -509,30 +495,18 @@ class Evaluation:
         abandoned: bool = False,
     ) -> None:
         """One item's records, durable before anything else happens."""
-        item_core = {
-            "timed_out": timeout is not None,
-            "timeout": timeout,
-            "abandoned": abandoned,
-            "skipped": not played,
-            "invalid_actions": 0,
-            "wall_s": None,
-            "planning_s": None,
-            "step_think_s": None,
-            "time_bank_used_s": 0.0,
-            "debug": self.debug,
-            "elapsed_s": self.elapsed_s(now),  # overall budget used when it ended (for --resume)
-        }
-        last_core = dict(item_core)
-        if played:
-            last_core.update(
-                invalid_actions=self._invalid_actions,
-                wall_s=now - self._episode_started,
-                planning_s=self._planning_s,
-                step_think_s=stats(self._episode_think),
-                time_bank_used_s=self.bank.used_s,
-            )
-        else:
-            last_core["wall_s"] = 0.0
+        item_core, last_core = core_fields(
+            timeout=timeout,
+            abandoned=abandoned,
+            played=played,
+            debug=self.debug,
+            elapsed_s=self.elapsed_s(now),
+            invalid_actions=self._invalid_actions,
+            wall_s=now - self._episode_started,
+            planning_s=self._planning_s,
+            step_think_s=stats(self._episode_think),
+            time_bank_used_s=self.bank.used_s,
+        )
         for record in merge_records(item.index, item.key, format_records, item_core, last_core):
             self.store.add_episode(record)
             self.records.append(record)

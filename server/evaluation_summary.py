@@ -48,6 +48,47 @@ def versions(format_packages: tuple[str, ...] = ()) -> dict[str, str]:
     return found
 
 
+def core_fields(
+    *,
+    timeout: str | None,
+    abandoned: bool,
+    played: bool,
+    debug: bool,
+    elapsed_s: float,
+    invalid_actions: int,
+    wall_s: float,
+    planning_s: float | None,
+    step_think_s: dict[str, float] | None,
+    time_bank_used_s: float,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The core's fields of an item's records: (for every record, for the item's last one)."""
+    item_core = {
+        "timed_out": timeout is not None,
+        "timeout": timeout,
+        "abandoned": abandoned,
+        "skipped": not played,
+        "invalid_actions": 0,
+        "wall_s": None,
+        "planning_s": None,
+        "step_think_s": None,
+        "time_bank_used_s": 0.0,
+        "debug": debug,
+        "elapsed_s": elapsed_s,  # overall budget used when it ended (for --resume)
+    }
+    last_core = dict(item_core)
+    if played:
+        last_core.update(
+            invalid_actions=invalid_actions,
+            wall_s=wall_s,
+            planning_s=planning_s,
+            step_think_s=step_think_s,
+            time_bank_used_s=time_bank_used_s,
+        )
+    else:
+        last_core["wall_s"] = 0.0
+    return item_core, last_core
+
+
 def merge_records(
     index: int, unit: str, format_records: list[dict[str, Any]], item_core: dict[str, Any], last_core: dict[str, Any]
 ) -> list[dict[str, Any]]:
