@@ -1,10 +1,21 @@
 """arbiter's participant SDK.
 
-from arbiter.client import RemoteClient, TimeoutException
+from arbiter.client import RemoteClient, RemoteEnv, TimeoutException
 """
+
+from typing import Any
 
 from arbiter.protocol.errors import ArbiterError, EpisodeLost, ServerUnavailable, TimeoutException
 
 from .remote_client import RemoteClient
 
-__all__ = ["ArbiterError", "EpisodeLost", "RemoteClient", "ServerUnavailable", "TimeoutException"]
+__all__ = ["ArbiterError", "EpisodeLost", "RemoteClient", "RemoteEnv", "ServerUnavailable", "TimeoutException"]
+
+
+def __getattr__(name: str) -> Any:
+    # RemoteEnv imports gymnasium: loaded on first use, so a Flatland agent's start stays fast.
+    if name == "RemoteEnv":
+        from .remote_env import RemoteEnv
+
+        return RemoteEnv
+    raise AttributeError(f"module 'arbiter.client' has no attribute {name!r}")

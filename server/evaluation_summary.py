@@ -112,6 +112,7 @@ def counts(total: int, records: list[dict[str, Any]]) -> dict[str, int]:
     return {
         "total": total,
         "recorded": len(records),
+        "items_recorded": len({r["index"] for r in records}),  # an item (a training run) may hold many records
         "finished": sum(1 for r in records if not (r["timed_out"] or r["abandoned"] or r["skipped"])),
         "timed_out": sum(1 for r in records if r["timed_out"]),
         "abandoned": sum(1 for r in records if r["abandoned"]),

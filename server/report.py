@@ -137,12 +137,18 @@ def _no_score_reason(state: str) -> str:
     return "this evaluation has no score"
 
 
+def _recorded(counts: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+    items = counts.get("items_recorded", len(episodes))
+    text = f"{items} of {counts.get('total', '–')}"
+    return text if items == len(episodes) else f"{text} ({len(episodes)} episodes)"
+
+
 def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     counts = summary.get("episodes") or {}
     timing = summary.get("timing") or {}
     budgets = summary.get("budgets") or {}
     cells = [
-        ("recorded", f"{len(episodes)} of {counts.get('total', '–')}"),
+        ("recorded", _recorded(counts, episodes)),
         ("finished", str(counts.get("finished", "–"))),
         ("timed out", str(counts.get("timed_out", "–"))),
         ("abandoned", str(counts.get("abandoned", "–"))),
