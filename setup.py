@@ -13,10 +13,15 @@ for name, folder in parts.items():
     package_dir[f"arbiter.{name}"] = folder
     packages += [f"arbiter.{name}"] + [f"arbiter.{name}.{p}" for p in find_packages(folder)]
 
+# The DIAMBRA format. opencv-python 4.12 and later require numpy 2, which flatland-rl's numpy<2 pin
+# forbids; 4.11 is the newest built for numpy 1.x. The format's game table mirrors diambra-arena
+# 2.2.7's data, so that version is pinned too.
+DIAMBRA = ["diambra-arena==2.2.7", "opencv-python>=4.4.0.42,<4.12", "numpy<2"]
+
 setup(
     name="arbiter",
     version="0.1.0",
-    description="A remote evaluator for reinforcement-learning competitions (Flatland protocol compatible)",
+    description="A remote evaluator for RL competitions: Flatland (protocol compatible), two-phase RL, DIAMBRA, MetaLC",
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
@@ -42,11 +47,10 @@ setup(
             "ruff",
             "pyyaml",  # tests read docker/'s compose and Kubernetes files
             "pillow",  # tests check the report's screenshot
+            # The DIAMBRA format's tests run the real env on its engine mock (the "diambra" extra).
+            *DIAMBRA,
         ],
-        # The DIAMBRA format. opencv-python 4.12 and later require numpy 2, which flatland-rl's
-        # numpy<2 pin forbids; 4.11 is the newest built for numpy 1.x. The diambra format's game
-        # table mirrors diambra-arena 2.2.7's data, so that version is pinned too.
-        "diambra": ["diambra-arena==2.2.7", "opencv-python>=4.4.0.42,<4.12", "numpy<2"],
+        "diambra": DIAMBRA,
     },
     entry_points={"console_scripts": ["arbiter = arbiter.server.cli:main"]},
 )

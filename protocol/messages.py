@@ -6,27 +6,38 @@ Requests (client → server, LPUSH on the commands list) are maps:
     response_channel  the reply list, ``flatland-rl::<service_id>::response::<32 hex>``
     timestamp         client wall clock; required by flatland's service, never trusted here
 
-Payloads:
-    PING         {"version": flatland version}
-                 → PONG {"arbiter": {"protocol": PROTOCOL_VERSION, "budgets": {...}}}
-    ENV_CREATE   {}
-                 → ENV_CREATE_RESPONSE {observation, info, random_seed, env_file_path,
-                    "arbiter": {"env_state": ..., "episode": i, "episodes": n, "rewards": rule}}
-                   all four legacy fields are False when no episode is left.
-    ENV_STEP     {"action": {handle: int}, "inference_time": float,
-                  "arbiter": {"reply": bool}}  (optional)
-                 → no reply (fire-and-forget, as in flatland), unless arbiter.reply is true:
-                   then ENV_STEP_RESPONSE {"done": bool, "step": k}
-    ENV_SUBMIT   {} → ENV_SUBMIT_RESPONSE {scores}
-    any failure  → ERROR {"code": ..., "message": ...}
+Payloads (Flatland, the client mirrors the env):
+    PING         {"version": ...} → PONG {"arbiter": {"protocol", "budgets", "episodes", "scoring",
+                    "reward_model", "debug"}}
+    ENV_CREATE   {} → ENV_CREATE_RESPONSE {observation, info, random_seed, env_file_path,
+                    "arbiter": {"env_state", "episode": i, "episodes": n, "reward_model", "debug"}}
+                    all four legacy fields are False when no episode is left.
+    ENV_STEP     {"action": {handle: int}, "inference_time": float, "arbiter": {"reply": bool}}
+                 → no reply (fire-and-forget, as in flatland) unless arbiter.reply is true:
+                   then ENV_STEP_RESPONSE {"done", "step", "invalid_actions"}
+Payloads (every other format, the env is the server's):
+    PING         → PONG's "arbiter" also has "format", "next" (the next item of the plan),
+                   "spaces": {"observation", "action"} (protocol/spaces.py, plain data) and the
+                   format's own fields (two-phase: "env_id", "stages" [{phase, stage, run, items}])
+    ENV_CREATE   {"arbiter": {"item": i}} (optional: a reset within a training stage names the
+                 stage's item) → ENV_CREATE_RESPONSE {observation, info, random_seed,
+                   "arbiter": {"item": i, "seed", the item's place in the plan ...}}; when no item
+                   is left the legacy False fields and "arbiter": {"finished": true}
+    ENV_STEP     {"action": any value of the action space}
+                 → always ENV_STEP_RESPONSE {observation, reward, terminated, truncated, info,
+                   done, step, invalid_actions, "arbiter": {"stage_over": bool, ...}}
+    ENV_SUBMIT   {} → ENV_SUBMIT_RESPONSE {score, score_secondary, "arbiter": {"scores"}}
+    any failure  → ERROR {"code": ..., "message": ...} (INVALID_ACTION: nothing was applied)
 
 Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
 and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}, and
 for arbiter's client {"type": EPISODE_LOST} (the episode will be played again).
 
-Every request of arbiter's client carries {"arbiter": {"session": id, "seq": n}} in its payload:
-the evaluator binds to the first client it hears, refuses others (OTHER_CLIENT), answers a
-resent request (same seq) from its cached reply and drops stale ones (server/clients.py).
+Every request of arbiter's client carries {"arbiter": {"session": id, "seq": n}} in its payload.
+A handshake (PING, or an ENV_CREATE without one) binds the evaluation to its session; another
+session is refused (OTHER_CLIENT, with "retry_after_s") unless the bound one has been silent
+longer than its current window, in which case the new one takes over (server/clients.py). A
+resent request (same seq) is answered from the cached reply; stale ones are dropped.
 
 Extension fields live under the ``"arbiter"`` key of a payload: legacy peers ignore them.
 Pickled requests (flatland's client, use_pickle=True): plain data only, answered pickled.
