@@ -22,7 +22,13 @@ def space_to_wire(space: Any) -> dict[str, Any]:
     """The plain-data description of a gymnasium space."""
     kind = type(space).__name__
     if kind == "Box":
-        return {"type": "Box", "low": space.low, "high": space.high, "dtype": space.dtype.str}
+        low, high = space.low, space.high
+        if low.size and np.all(low == low.flat[0]) and np.all(high == high.flat[0]):
+            # A uniform Box (an image's 0..255) travels as two numbers and a shape, not as two
+            # full arrays: a 480×512×3 frame's bounds would be 1.5 MB of handshake.
+            return {"type": "Box", "low": low.flat[0].item(), "high": high.flat[0].item(),
+                    "shape": list(space.shape), "dtype": space.dtype.str}  # fmt: skip
+        return {"type": "Box", "low": low, "high": high, "dtype": space.dtype.str}
     if kind == "Discrete":
         return {"type": "Discrete", "n": int(space.n), "start": int(space.start)}
     if kind == "MultiDiscrete":
@@ -34,7 +40,8 @@ def space_to_wire(space: Any) -> dict[str, Any]:
         return {"type": "Dict", "spaces": {str(k): space_to_wire(s) for k, s in space.spaces.items()}}
     if kind == "Tuple":
         return {"type": "Tuple", "spaces": [space_to_wire(s) for s in space.spaces]}
-    raise TypeError(f"arbiter cannot send a {kind} space; supported: Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple")
+    supported = "Box, Discrete, MultiDiscrete, MultiBinary, Dict, Tuple"
+    raise TypeError(f"arbiter cannot send a {kind} space; supported: {supported}")
 
 
 def _array(data: dict[str, Any], key: str, kind: str) -> np.ndarray:
@@ -42,6 +49,18 @@ def _array(data: dict[str, Any], key: str, kind: str) -> np.ndarray:
     if not isinstance(value, np.ndarray) or value.dtype.kind not in kind:
         raise DecodeError(f"space field {key!r} must be a numpy array of kind {kind!r}")
     return value
+
+
+def _uniform_box(data: dict[str, Any]) -> Any:
+    from gymnasium import spaces
+
+    shape, low, high = data["shape"], data.get("low"), data.get("high")
+    if not isinstance(shape, list) or len(shape) > 32 or not all(type(n) is int and n >= 0 for n in shape):
+        raise DecodeError("Box shape must be a list of whole numbers")
+    numbers = (int, float)
+    if not isinstance(low, numbers) or not isinstance(high, numbers) or isinstance(low, bool) or isinstance(high, bool):
+        raise DecodeError("a uniform Box needs numbers low and high")
+    return spaces.Box(low=low, high=high, shape=tuple(shape), dtype=np.dtype(str(data.get("dtype"))))
 
 
 def space_from_wire(data: Any, _depth: int = 0) -> Any:
@@ -54,6 +73,8 @@ def space_from_wire(data: Any, _depth: int = 0) -> Any:
         raise DecodeError("a space must be a map with a 'type'")
     kind = data["type"]
     try:
+        if kind == "Box" and "shape" in data:
+            return _uniform_box(data)
         if kind == "Box":
             low, high = _array(data, "low", "biuf"), _array(data, "high", "biuf")
             dtype = np.dtype(str(data.get("dtype")))

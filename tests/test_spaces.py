@@ -1,0 +1,94 @@
+"""Spaces on the wire: every supported gymnasium space survives the codec exactly, bad space
+descriptions are refused with DecodeError, and the evaluator's action check is exact."""
+
+from __future__ import annotations
+
+import gymnasium
+import numpy as np
+import pytest
+
+from arbiter.protocol import codec
+from arbiter.protocol.errors import DecodeError
+from arbiter.protocol.spaces import action_for, space_from_wire, space_to_wire
+
+S = gymnasium.spaces
+
+SPACES = [
+    S.Box(0, 255, (480, 512, 3), np.uint8),
+    S.Box(-np.inf, np.inf, (4,), np.float32),
+    S.Box(np.array([-1.0, 0.0]), np.array([1.0, 5.0]), dtype=np.float64),
+    S.Box(np.array([0, -3]), np.array([2, 3]), dtype=np.int64),
+    S.Box(0.1, 0.7, (2, 2), np.float32),
+    S.Discrete(7),
+    S.Discrete(3, start=-1),
+    S.MultiDiscrete([3, 4, 5]),
+    S.MultiBinary(6),
+    S.MultiBinary([2, 3]),
+    S.Dict({"frame": S.Box(0, 255, (8, 8, 3), np.uint8), "stage": S.Discrete(9), "ram": S.MultiBinary(4)}),
+    S.Tuple([S.Discrete(2), S.Box(-1.0, 1.0, (3,), np.float32)]),
+]
+
+
+def through_the_wire(space):
+    return space_from_wire(codec.decode(codec.encode(space_to_wire(space)), codec.REPLY_LIMITS))
+
+
+@pytest.mark.parametrize("space", SPACES, ids=lambda s: type(s).__name__)
+def test_every_supported_space_comes_back_equal(space):
+    assert through_the_wire(space) == space
+
+
+def test_a_uniform_box_travels_as_two_numbers_not_two_arrays():
+    frame = S.Box(0, 255, (480, 512, 3), np.uint8)
+    assert len(codec.encode(space_to_wire(frame))) < 100  # its full low/high arrays: ~1.5 MB
+    mixed = S.Box(np.zeros(1000), np.arange(1, 1001), dtype=np.float64)
+    assert len(codec.encode(space_to_wire(mixed))) > 16_000  # bounds that differ travel whole
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        None,
+        [],
+        {"type": 3},
+        {"type": "Graph"},
+        {"type": "Discrete", "n": 0},
+        {"type": "Discrete", "n": "3"},
+        {"type": "Box", "low": [0], "high": [1], "dtype": "<f4"},
+        {"type": "Box", "low": 0, "high": 1, "shape": "3", "dtype": "<f4"},
+        {"type": "Box", "low": "a", "high": 1, "shape": [3], "dtype": "<f4"},
+        {"type": "Box", "low": 0, "high": 1, "shape": [3], "dtype": "object"},
+        {"type": "MultiBinary", "n": []},
+        {"type": "Dict", "spaces": [1]},
+        {"type": "Tuple", "spaces": {"a": 1}},
+    ],
+)
+def test_a_bad_space_description_is_a_decode_error(data):
+    with pytest.raises(DecodeError):
+        space_from_wire(data)
+
+
+def test_nesting_is_bounded():
+    data = {"type": "Discrete", "n": 2}
+    for _ in range(64):
+        data = {"type": "Tuple", "spaces": [data]}
+    with pytest.raises(DecodeError, match="nested"):
+        space_from_wire(data)
+
+
+def test_actions_are_checked_exactly_against_the_space():
+    discrete = S.Discrete(3)
+    assert action_for(discrete, 2) == 2 and action_for(discrete, np.int32(1)) == 1
+    assert action_for(discrete, np.array(2)) == 2
+    for bad in (3, -1, True, 1.0, "1", None, [1]):
+        assert action_for(discrete, bad) is None
+    box = S.Box(-1.0, 1.0, (2,), np.float32)
+    assert np.array_equal(action_for(box, [0.5, -0.5]), np.array([0.5, -0.5], dtype=np.float32))
+    for bad in ([2.0, 0.0], [0.0], "ab", [[0.0, 0.0]], [float("nan"), 0.0]):
+        assert action_for(box, bad) is None
+    multi = S.MultiDiscrete([3, 2])
+    assert action_for(multi, [2, 1]).tolist() == [2, 1]
+    assert action_for(multi, [2.5, 1]) is None and action_for(multi, [3, 0]) is None
+    combined = S.Dict({"move": S.Discrete(9), "attack": S.Discrete(4)})
+    assert action_for(combined, {"move": 8, "attack": 0}) == {"move": 8, "attack": 0}
+    assert action_for(combined, {"move": 8}) is None and action_for(combined, {"move": 9, "attack": 0}) is None
