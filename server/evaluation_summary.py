@@ -112,7 +112,6 @@ def counts(total: int, records: list[dict[str, Any]]) -> dict[str, int]:
     return {
         "total": total,
         "recorded": len(records),
-        "items_recorded": len({r["index"] for r in records}),  # an item (a training run) may hold many records
         "finished": sum(1 for r in records if not (r["timed_out"] or r["abandoned"] or r["skipped"])),
         "timed_out": sum(1 for r in records if r["timed_out"]),
         "abandoned": sum(1 for r in records if r["abandoned"]),
@@ -145,6 +144,8 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "score": scores if scores else dict(EMPTY_SCORE),
         "termination_cause": evaluation.termination_cause,
         "episodes": counts(len(evaluation.items), records),
+        # The plan's items (an episode, or a training run of many episodes) and how many ended.
+        "items": {"total": len(evaluation.items), "recorded": len({r["index"] for r in records})},
         "budgets": evaluation.budgets.as_dict(),
         "counters": dict(evaluation.counters),
         "timing": {

@@ -137,8 +137,8 @@ def _no_score_reason(state: str) -> str:
     return "this evaluation has no score"
 
 
-def _recorded(counts: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
-    items = counts.get("items_recorded", len(episodes))
+def _recorded(items_done: dict[str, Any], counts: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+    items = items_done.get("recorded", len(episodes))
     text = f"{items} of {counts.get('total', '–')}"
     return text if items == len(episodes) else f"{text} ({len(episodes)} episodes)"
 
@@ -148,7 +148,7 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     timing = summary.get("timing") or {}
     budgets = summary.get("budgets") or {}
     cells = [
-        ("recorded", _recorded(counts, episodes)),
+        ("recorded", _recorded(summary.get("items") or {}, counts, episodes)),
         ("finished", str(counts.get("finished", "–"))),
         ("timed out", str(counts.get("timed_out", "–"))),
         ("abandoned", str(counts.get("abandoned", "–"))),

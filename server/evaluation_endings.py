@@ -1,0 +1,144 @@
+"""How an evaluation's windows run out and how it ends (the Evaluation's half that decides
+endings; server/evaluation.py has the requests). Mixed into ``Evaluation``: it works on the same
+state, and is apart only so that each half can be read on its own."""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Any
+
+from arbiter.protocol.errors import EvaluationError
+from arbiter.protocol.messages import FLATLAND_RL
+
+from .budgets import Deadline, Wait
+
+log = logging.getLogger("arbiter.server.evaluation")
+
+
+class State(enum.StrEnum):
+    RUNNING = "RUNNING"
+    SUCCESS = "SUCCESS"
+    FAILED = "FAILED"
+    INTERRUPTED = "INTERRUPTED"
+
+
+class Endings:
+    def expire(self, deadline: Deadline, now: float) -> list[dict[str, Any]]:
+        """A deadline passed with no request; returns out-of-band errors for the client."""
+        if deadline.overall:
+            self._fail_overall(now)
+            return []
+        wait = self.wait
+        if wait is Wait.CLIENT:
+            heard = self.started_at is not None
+            self.finish(
+                State.FAILED,
+                (
+                    f"the client connected but asked for no episode within the idle budget of {self.budgets.idle_s:g} s"
+                    if heard
+                    else f"no client connected within the idle budget of {self.budgets.idle_s:g} s"
+                ),
+                now,
+            )
+            return []
+        if wait in (Wait.PLANNING, Wait.STEP):
+            kind = "planning" if wait is Wait.PLANNING else "step"
+            budget = self.item_budgets.planning_s if wait is Wait.PLANNING else self.item_budgets.step_s
+            if deadline.stage:
+                kind, budget = "stage", self.current.stage_budget_s if self.current is not None else 0.0
+            self.bank.spend_all()
+            self._record_current(now, finished=False, timeout=kind)
+            self.counters[f"{kind}_timeouts"] += 1
+            error_type = FLATLAND_RL.ENV_RESET_TIMEOUT if wait is Wait.PLANNING else FLATLAND_RL.ENV_STEP_TIMEOUT
+            bank = f" and a time bank of {self.bank.size_s:g} s" if self.bank.size_s else ""
+            log.warning("item %d timed out (%s budget of %g s%s)", self.records[-1]["index"], kind, budget, bank)
+            self._count_timeout(now)
+            return [{"type": error_type}]
+        if wait is Wait.AFTER_TIMEOUT:
+            # The client did not come back for the next episode within a step budget.
+            self._count_timeout(now)
+            return []
+        if wait is Wait.NEXT_EPISODE:
+            self._end_early(
+                f"the client asked for no new episode within the idle budget of {self.budgets.idle_s:g} s", now
+            )
+            return []
+        if wait is Wait.SUBMIT:
+            self.finish(
+                State.SUCCESS,
+                f"all {self.total} episodes evaluated; "
+                f"no ENV_SUBMIT within the idle budget of {self.budgets.idle_s:g} s",
+                now,
+            )
+        return []
+
+    def check_overall(self, now: float) -> None:
+        if self.started_at is not None and self.elapsed_s(now) >= self.budgets.overall_s:
+            self._fail_overall(now)
+            raise EvaluationError(self.termination_cause)
+
+    # -- endings ----------------------------------------------------------------------------
+
+    def agent_exited(self, status: int | None, now: float) -> None:
+        if self.finished:
+            return
+        if self.wait is Wait.SUBMIT:
+            self.finish(State.SUCCESS, f"all {self.total} episodes evaluated; the agent exited without ENV_SUBMIT", now)
+        else:
+            self._end_early(f"the agent process exited with status {status} before submitting", now)
+
+    def fail_for_misbehaviour(self, cause: str, now: float) -> None:
+        """The agent attacked the evaluation (a flood): no score; finished episodes stay written."""
+        if not self.finished:
+            self.finish(State.FAILED, cause, now)
+
+    def interrupt(self, cause: str) -> None:
+        if not self.finished:
+            self.finish(State.INTERRUPTED, cause, self.clock())
+
+    def fail_internal(self, cause: str, now: float) -> None:
+        """A fault of the evaluator itself (a bug, an unreadable test file): FAILED, with the cause."""
+        if not self.finished:
+            self.finish(State.FAILED, f"internal error: {cause}", now)
+
+    def finish(self, state: State, cause: str, now: float) -> None:
+        self._prepared = None
+        self.state = state
+        self.termination_cause = cause
+        self.finished_at = now
+        if self.current is not None:
+            self.current.close()
+            self.current = None
+        log.info("evaluation %s: %s", state.value, cause)
+        if self.on_finish is not None:
+            self.on_finish(self)  # before the summary is written, so what the hook counts is in it
+        self.store.write_summary(self.summary())
+
+    def _fail_overall(self, now: float) -> None:
+        elapsed = self.elapsed_s(now)
+        self.finish(
+            State.FAILED,
+            f"overall budget of {self.budgets.overall_s:g} s exceeded after {elapsed:.1f} s; no score",
+            now,
+        )
+
+    def _end_early(self, cause: str, now: float) -> None:
+        if self.current is None and not self.records:
+            self.finish(State.FAILED, f"{cause}; no episode was played", now)
+            return
+        if self.current is not None:
+            self._record_current(now, finished=False, abandoned=True)
+        skipped = self.total - self.next_index
+        for item in self.items[self.next_index :]:
+            self._write(item, self.plan.unplayed(item), now, played=False)
+        self.next_index = self.total
+        suffix = f"; {skipped} episodes not played count as unfinished" if skipped else ""
+        self.finish(State.SUCCESS, cause + suffix, now)
+
+    def _count_timeout(self, now: float) -> None:
+        self.successive_timeouts += 1
+        if self.successive_timeouts >= self.budgets.max_successive_timeouts:
+            self._end_early(f"{self.successive_timeouts} successive timeouts", now)
+        else:
+            self._set_wait(Wait.AFTER_TIMEOUT, now)
