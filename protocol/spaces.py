@@ -139,7 +139,8 @@ def action_for(space: Any, action: Any) -> Any:
             return None
         if array.dtype.kind == "f" and space.dtype.kind in "iub" and not np.all(np.mod(array, 1) == 0):
             return None
-        array = array.astype(space.dtype)
+        with np.errstate(over="ignore", invalid="ignore"):  # an out-of-range value fails contains()
+            array = array.astype(space.dtype)
         return array if space.contains(array) else None
     except (TypeError, ValueError, OverflowError):
         return None

@@ -181,12 +181,24 @@ class Evaluation(Endings):
     def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
         current = self.current
+        wanted = extension(payload).get("item") if self.server_side else None
         if current is not None:
-            wanted = extension(payload).get("item")
-            if current.spans_resets and (wanted is None or wanted == current.item.index):
-                return self._next_reset(current, now)
+            if current.spans_resets:
+                if wanted is None or (type(wanted) is int and wanted == current.item.index):
+                    return self._next_reset(current, now)
+                if not (type(wanted) is int and current.item.index < wanted < self.total):
+                    raise OutOfOrder(
+                        f"ENV_CREATE names item {str(wanted)[:40]!r} during item {current.item.index}'s stage: "
+                        f"name it (its next episode) or a later item, below {self.total}; nothing was applied"
+                    )
             self.counters["abandoned_episodes"] += 1
             self._record_current(now, finished=False, abandoned=True)
+        elif type(wanted) is int and wanted < self.next_index and self.records and self.records[-1]["index"] == wanted:
+            # A reset for the stage that just ended, sent before the client heard: its stage is
+            # over (timed out, or ended by the evaluator) and the next item is not handed out for it.
+            if self.records[-1]["timed_out"]:
+                raise TimeoutException(f"item {wanted} timed out; call env_create() for the next item")
+            raise OutOfOrder(f"item {wanted} is over; call env_create() for the next item")
         if self.next_index >= self.total:
             self._set_wait(Wait.SUBMIT, now)
             done: dict[str, Any] = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}

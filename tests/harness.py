@@ -131,3 +131,32 @@ def time_out_episode(client: Any, redis_conn: Any, *, episode: int, steps: int) 
     except TimeoutException:
         return
     raise AssertionError("the step after the timeout did not raise TimeoutException")
+
+
+# -- RemoteEnv (formats whose env is the server's) ------------------------------------------
+
+
+def remote_episode(env: Any, policy: Any, before_step: dict[int, Any]) -> tuple[float, list[Any]]:
+    """One episode on the evaluator; ``before_step[k](action)`` runs before step k with the policy's
+    action and returns the form in which it is sent (None: as the policy gave it)."""
+    observation, _ = env.reset()
+    seen, total, done, step = [observation], 0.0, False, 0
+    while not done:
+        action = policy(observation)
+        sent = before_step[step](action) if step in before_step else None
+        observation, reward, terminated, truncated, _ = env.step(action if sent is None else sent)
+        seen.append(observation)
+        total += reward
+        done, step = terminated or truncated, step + 1
+    return total, seen
+
+
+def train_until_the_run_ends(env: Any, action: int) -> None:
+    """Five-step episodes of ``action`` until the evaluator ends the training run."""
+    try:
+        while True:
+            env.reset()
+            for _ in range(5):
+                env.step(action)
+    except StopIteration:
+        return

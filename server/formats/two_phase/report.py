@@ -7,8 +7,13 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...report_charts import fmt_score, number, section
+from arbiter.protocol.errors import ConfigError
+
+from ...report_charts import fmt_score, number, section, status
 from ...svg import Plot, Series, linear_axis, xy_chart
+from ..base import options_from_dict
+from .options import TwoPhaseOptions
+from .scoring import TwoPhaseRule
 
 
 def _fmt(value: float) -> str:
@@ -21,10 +26,8 @@ def _returns_chart(name: str, title: str, records: list[dict[str, Any]]) -> str:
     plot = Plot(name, title=title, count=len(records), axis=axis, tick_format=_fmt,
                 x_labels=[str(r.get("episode", i)) for i, r in enumerate(records)])  # fmt: skip
     for i, record in enumerate(records):
-        css = "timeout" if record.get("timed_out") else "finished"
-        plot.bar(
-            i, values[i], tip=f"episode {record.get('episode')} (seed {record.get('seed')}): {values[i]:g}", css=css
-        )
+        seed = "" if record.get("seed") is None else f" (seed {record.get('seed')})"
+        plot.bar(i, values[i], tip=f"episode {record.get('episode')}{seed}: {values[i]:g}", css=status(record))
     if values:
         mean = sum(values) / len(values)
         plot.rule(mean, label=f"mean {mean:g}", css="mean")
@@ -56,16 +59,33 @@ def _learning_curve(run: dict[str, Any], train: list[dict[str, Any]], goal: floa
     return f"<figure><figcaption>{escape(title)}</figcaption>{chart}</figure>"
 
 
+def _options(summary: dict[str, Any]) -> TwoPhaseOptions:
+    try:
+        return options_from_dict(TwoPhaseOptions, summary.get("options") or {}, "summary.json options")
+    except ConfigError:
+        return TwoPhaseOptions()
+
+
+def _rule_of(summary: dict[str, Any]) -> dict[str, Any]:
+    """An evaluation with no score (failed, interrupted) still has its rule: from its options."""
+    p2 = _options(summary).phase2
+    return {"goal_reward": p2.goal_reward, "stability_window": p2.stability_window, "criterion": p2.criterion,
+            "max_steps": p2.max_steps, "penalty": p2.penalty}  # fmt: skip
+
+
+def _runs_of(summary: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs as their records say, for an evaluation with no score."""
+    return TwoPhaseRule(_options(summary)).runs(records)
+
+
 def report_sections(summary: dict[str, Any], records: list[dict[str, Any]]) -> str:
     score = summary.get("score") or {}
-    rule = score.get("rule") or {}
+    rule = score.get("rule") or _rule_of(summary)
     html = ""
     phase1 = [r for r in records if r.get("phase") == 1]
     if phase1:
         html += section("Phase 1: returns", _returns_chart("phase1-returns", "Phase 1 return per episode", phase1))
-    runs = score.get("runs") or []
-    if not runs and any(r.get("phase") == 2 for r in records):
-        runs = [{"run": run, "converged": False} for run in sorted({r["run"] for r in records if r.get("phase") == 2})]
+    runs = score.get("runs") or _runs_of(summary, records)
     goal = number(rule.get("goal_reward"))
     max_steps = int(number(rule.get("max_steps")) or 1)
     rows = ""
