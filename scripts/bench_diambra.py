@@ -1,26 +1,35 @@
 #!/usr/bin/env python3
-"""Benchmark the DIAMBRA format's env in process, on diambra-arena's engine mock.
+"""Benchmark the DIAMBRA format's env in process and through RemoteEnv, on diambra-arena's engine mock.
 
     python scripts/bench_diambra.py [--game doapp] [--steps 3000] [--rounds 3] [--warmup 300]
-                                     [--mock-fps 1000] [--json PATH]
+                                     [--shapes native,128x128] [--json PATH] [--profile DIR]
 
 For each frame shape (the game's native frame, 128×128 in colour, 128×128 grayscale) one
-deterministic agent (its action a pure function of the step number) plays ``--steps`` steps,
-resetting at each episode's end, two ways:
+deterministic agent (its action a pure function of the step number) plays ``--warmup`` untimed
+steps, then ``--steps`` timed steps, resetting at each episode's end with the evaluator's seeds
+(``env.episode_seed(seed, k)``), three ways:
 
-  raw     diambra-arena's own ``DiambraGym1P`` on the mock, nothing of arbiter around it;
-  arbiter ``DiambraEnv``: the same env with arbiter's action check, observation conversion and
-          private random generators, i.e. what the server steps for an evaluation.
+  raw        diambra-arena's own ``DiambraGym1P`` on the mock, nothing of arbiter around it;
+  inprocess  ``DiambraEnv``: the same env with arbiter's action check, observation conversion and
+             private random generators, i.e. what the evaluator steps, in the agent's process;
+  remote     ``arbiter.client.RemoteEnv`` against ``arbiter serve --competition diambra`` (a process
+             of its own) over a redis-server this script starts on a free loopback port: every
+             step's reply carries DIAMBRA's observation (frame and RAM states).
 
-Each path runs in a subprocess of its own (the paths alternate within a round). Reported per
-shape: steps per second (median over rounds),
-the bytes of one observation (the frame, and the whole observation as numpy data) and the bytes of
-that observation encoded by arbiter's codec, as a step reply would carry it.
+Every run is a process of its own; the paths alternate within a round. Reported per shape: steps
+per second (median over rounds), the remote/in-process ratio (median of the per-round ratios;
+target ≥ 0.5), the bytes of one step reply as arbiter's codec encodes it, and the bytes Redis
+received and sent per step in the remote runs (its ``total_net_input_bytes`` and
+``total_net_output_bytes``: requests, replies, protocol overhead and the handshake included).
+The remote runs must play exactly the in-process runs' episodes (seeds, steps, rewards), else
+MISMATCH and exit status 1.
 
-The mock sleeps 1 / (step_ratio × fps) seconds per step to stand in for the emulator
-(``--mock-fps``, diambra-arena's default 1000: 0.17 ms at step ratio 6); a real engine's step
-costs far more (the emulator, gRPC, the frame's transfer), so these figures bound arbiter's own
-cost, not a real evaluation's speed. Needs ``pip install -e ".[diambra]"``.
+The mock sleeps 1 / (step_ratio × 1000) s per step (diambra-arena's default 1000 fps: 0.17 ms
+at step ratio 6) to stand in for the emulator; a real engine's step costs far more (the emulator,
+gRPC, the frame's transfer), so these figures bound arbiter's own cost, not a real evaluation's
+speed. ``--profile DIR`` adds one remote run per shape under py-spy and ranks where the agent's
+and the evaluator's time goes. Needs ``pip install -e ".[diambra]"``; only 127.0.0.1 is used, and
+every process started here (redis-server included) is stopped by its pid on the way out.
 """
 
 from __future__ import annotations
@@ -28,22 +37,25 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import platform
+import shutil
+import signal
 import statistics
-import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
-import numpy as np
+import bench_profile
+from bench_common import BenchError, arbiter_rev, emit, machine_basics
+from bench_procs import Processes, brpop_clients, new_service_id, wait_until_listening
 
-from arbiter.protocol import codec
-from arbiter.server.formats.diambra.engine import MockEngine, build_single_player_env
-from arbiter.server.formats.diambra.env import DiambraEnv, arena_settings
-from arbiter.server.formats.diambra.settings import DiambraSettings
-
-SHAPES = {"native": None, "128x128 colour": [128, 128, 0], "128x128 gray": [128, 128, 1]}
+HERE = Path(__file__).resolve()
+SHAPES = {"native": [0, 0, 0], "128x128 colour": [128, 128, 0], "128x128 gray": [128, 128, 1]}
+PATHS = ("raw", "inprocess", "remote")
 SEED = 1234
+DIFFICULTY = "medium"
+TARGET = 0.5  # RemoteEnv's steps/s against the in-process env's
 
 
 def action_at(step: int, nvec: list[int]) -> list[int]:
@@ -51,121 +63,331 @@ def action_at(step: int, nvec: list[int]) -> list[int]:
     return [step % nvec[0], (step // 3) % nvec[1] if step % 3 == 0 else 0]
 
 
-def make_raw(settings: DiambraSettings, mock_fps: float) -> Any:
-    def engine(_address: str, _timeout_s: int) -> MockEngine:
-        return MockEngine(settings.level, fps=mock_fps)
-
-    return build_single_player_env(arena_settings(settings, None), engine)
-
-
-def run(env: Any, steps: int) -> float:
-    """Steps per second over ``steps`` steps of the deterministic agent."""
-    nvec = [int(n) for n in env.action_space.nvec]
-    env.reset(seed=SEED)
-    start = time.perf_counter()
-    for step in range(steps):
-        _, _, terminated, truncated, _ = env.step(action_at(step, nvec))
-        if terminated or truncated:
-            env.reset(seed=SEED + step)
-    return steps / (time.perf_counter() - start)
-
-
-def observation_bytes(observation: dict[str, Any]) -> tuple[int, int, int]:
-    """(frame bytes, all numpy bytes of the observation, bytes encoded by arbiter's codec)."""
-
-    def numpy_bytes(value: Any) -> int:
-        if isinstance(value, dict):
-            return sum(numpy_bytes(v) for v in value.values())
-        return value.nbytes if isinstance(value, np.ndarray) else 0
-
-    return observation["frame"].nbytes, numpy_bytes(observation), len(codec.encode({"observation": observation}))
+def play(reset: Any, step: Any, nvec: list[int], warmup: int, steps: int) -> dict[str, Any]:
+    """``warmup`` untimed steps, then ``steps`` timed ones; episode k starts with ``reset(k)``.
+    Returns the rate and every episode played (its seed, steps and reward: the trajectory check)."""
+    episodes: list[dict[str, Any]] = []
+    total = warmup + steps
+    done = 0
+    started = time.perf_counter()
+    while done < total:
+        seed = reset(len(episodes))
+        episode = {"seed": seed, "steps": 0, "reward": 0.0}
+        episodes.append(episode)
+        while done < total:
+            if done == warmup:
+                started = time.perf_counter()  # first steps pay for allocations and caches
+            reward, ended = step(action_at(done, nvec))
+            done += 1
+            episode["steps"] += 1
+            episode["reward"] += reward
+            if ended:
+                break
+    wall = time.perf_counter() - started
+    return {"steps_per_s": steps / wall, "wall_s": wall, "episodes": episodes}
 
 
-def worker(args: argparse.Namespace) -> int:
-    """One path on one frame shape, in this process alone; prints its figures as one JSON line."""
-    logging.disable(logging.INFO)  # diambra-arena logs its whole settings at every env creation
-    settings = DiambraSettings(game=args.game, difficulty="medium", frame_shape=SHAPES[args.shape])
-    env = make_raw(settings, args.mock_fps) if args.worker == "raw" else DiambraEnv(settings, fps=args.mock_fps)
-    run(env, args.warmup)  # first steps pay for allocations and caches
-    rate = run(env, args.steps)
-    observation, _ = env.reset(seed=SEED)
-    if args.worker == "arbiter":
-        frame_b, numpy_b, wire_b = observation_bytes(observation)
+def observation_bytes(observation: dict[str, Any]) -> dict[str, int]:
+    """The frame's bytes, and the bytes of one step reply's observation as arbiter's codec encodes it."""
+    from arbiter.protocol import codec
+
+    return {"frame": int(observation["frame"].nbytes), "encoded": len(codec.encode({"observation": observation}))}
+
+
+# -- the measured processes (--worker PATH) ---------------------------------------------------------
+
+
+def worker_local(args: argparse.Namespace) -> int:
+    from arbiter.server.formats.diambra.engine import MockEngine, build_single_player_env
+    from arbiter.server.formats.diambra.env import DiambraEnv, arena_settings, episode_seed
+    from arbiter.server.formats.diambra.settings import DiambraSettings
+
+    settings = DiambraSettings(game=args.game, difficulty=DIFFICULTY, frame_shape=SHAPES[args.shape])
+    if args.worker == "raw":
+        env = build_single_player_env(arena_settings(settings, None), lambda *_: MockEngine(settings.level))
     else:
-        frame_b = numpy_b = wire_b = None
+        env = DiambraEnv(settings)
+    seen: dict[str, Any] = {}
+
+    def reset(episode: int) -> int | None:
+        seed = episode_seed(SEED, episode)
+        seen["observation"] = env.reset(seed=seed)[0]
+        return seed
+
+    def step(action: list[int]) -> tuple[float, bool]:
+        _, reward, terminated, truncated, _ = env.step(action)
+        return float(reward), terminated or truncated
+
+    played = play(reset, step, [int(n) for n in env.action_space.nvec], args.warmup, args.steps)
+    observation = seen["observation"]
     env.close()
-    print(
-        json.dumps({"rate": rate, "frame_shape": list(observation["frame"].shape), "bytes": [frame_b, numpy_b, wire_b]})
-    )
+    emit({**played, "frame_shape": list(observation["frame"].shape), "bytes": observation_bytes(observation)})
     return 0
 
 
-def measure(path: str, shape: str, args: argparse.Namespace) -> dict[str, Any]:
-    # Each path runs in a process of its own: a process that allocates two envs' 740 KB frames
-    # in turn makes the allocator's behaviour, not the env, decide which path looks faster.
-    command = [sys.executable, __file__, "--worker", path, "--shape", shape, "--game", args.game]
-    command += ["--steps", str(args.steps), "--warmup", str(args.warmup), "--mock-fps", str(args.mock_fps)]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=600, check=False)
-    if done.returncode != 0:
-        raise RuntimeError(f"{path} on {shape} failed: {done.stderr.strip()[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+def worker_remote(args: argparse.Namespace) -> int:
+    from arbiter.client.remote_env import RemoteEnv
+
+    env = RemoteEnv(redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=60)
+    seen: dict[str, Any] = {}
+
+    def reset(episode: int) -> int | None:
+        observation, info = env.reset()
+        if info["env_done"]:
+            raise BenchError("the evaluation ran out of episodes before the benchmark's steps")
+        seen["observation"] = observation
+        return info["arbiter"]["seed"]
+
+    def step(action: list[int]) -> tuple[float, bool]:
+        _, reward, terminated, truncated, _ = env.step(action)
+        return reward, terminated or truncated
+
+    played = play(reset, step, [int(n) for n in env.action_space.nvec], args.warmup, args.steps)
+    env.submit()
+    env.close()
+    observation = seen["observation"]
+    emit({**played, "frame_shape": list(observation["frame"].shape), "bytes": observation_bytes(observation),
+          "engine": env.server_info.get("engine")})  # fmt: skip
+    return 0
+
+
+# -- the orchestrator -------------------------------------------------------------------------------
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace, workdir: Path, procs: Processes, redis_url: str):
+        import redis
+
+        self.args = args
+        self.workdir = workdir
+        self.procs = procs
+        self.redis_url = redis_url
+        self.conn = redis.Redis.from_url(redis_url, socket_timeout=10)
+
+    def options(self, shape: str) -> list[str]:
+        a = self.args
+        return ["--shape", shape, "--game", a.game, "--steps", str(a.steps), "--warmup", str(a.warmup)]
+
+    def run(self, path: str, shape: str, label: str, profile_dir: Path | None = None) -> dict[str, Any]:
+        if path != "remote":
+            proc = self.procs.worker(f"{path}-{label}", path, *self.options(shape))
+            self.procs.wait([proc], self.args.timeout)
+            return proc.result()
+        service_id = new_service_id(label)
+        results = self.workdir / "results" / service_id
+        height, width, channels = SHAPES[shape]
+        episodes = (self.args.warmup + self.args.steps) // 50 + 2  # mock episodes last 150+ steps
+        overrides = [f"game={self.args.game}", f"difficulty={DIFFICULTY}", f"seed={SEED}", f"episodes={episodes}",
+                     f"frame_shape=[{height}, {width}, {channels}]"]  # fmt: skip
+        serve = [sys.executable, "-m", "arbiter.server.cli", "serve", "--competition", "diambra"]
+        for item in overrides:
+            serve += ["--set", item]
+        serve += ["--redis-url", self.redis_url, "--service-id", service_id, "--results", str(results), "--quiet"]
+        agent = [sys.executable, str(HERE), "--worker", "remote", *self.options(shape),
+                 "--redis-url", self.redis_url, "--service-id", service_id]  # fmt: skip
+        if profile_dir is not None:
+            serve = bench_profile.wrap(serve, profile_dir / f"server-{label}.txt")
+            agent = bench_profile.wrap(agent, profile_dir / f"agent-{label}.txt")
+        baseline = brpop_clients(self.conn)
+        server = self.procs.start(f"serve-{label}", serve)
+        wait_until_listening(self.conn, [server], baseline)
+        before = self.conn.info("stats")
+        agent_proc = self.procs.start(f"remote-{label}", agent)
+        self.procs.wait([agent_proc, server], self.args.timeout)
+        after = self.conn.info("stats")
+        out = agent_proc.result()
+        played = self.args.warmup + self.args.steps
+        out["redis_in_bytes_per_step"] = (after["total_net_input_bytes"] - before["total_net_input_bytes"]) / played
+        out["redis_out_bytes_per_step"] = (after["total_net_output_bytes"] - before["total_net_output_bytes"]) / played
+        summary = json.loads((results / "summary.json").read_text(encoding="utf-8"))
+        timing = summary.get("timing") or {}
+        out["state"] = summary.get("state")
+        out["summary_engine"] = (summary.get("score") or {}).get("engine")
+        out["server_step_mean_s"] = (timing.get("server_step_s") or {}).get("mean")
+        out["agent_think_mean_s"] = (timing.get("step_think_s") or {}).get("mean")
+        return out
+
+
+def check(shape: str, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Every in-process and remote run plays the first in-process run's episodes exactly; every
+    remote evaluation succeeds, on the mock, and says so."""
+    reference = runs["inprocess"][0]["episodes"]
+    problems = []
+    for path in ("inprocess", "remote"):
+        for i, run in enumerate(runs[path], start=1):
+            if run["episodes"] != reference:
+                problems.append(f"{shape}: {path} round {i} played other episodes than the in-process run")
+            if path == "remote" and (run["state"] != "SUCCESS" or run["summary_engine"] != "mock"):
+                problems.append(f"{shape}: remote round {i}: state {run['state']}, engine {run['summary_engine']}")
+    return problems
+
+
+def summarise(shape: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    def rates(path: str) -> list[float]:
+        return [run["steps_per_s"] for run in runs[path]]
+
+    ratio = [r / i for r, i in zip(rates("remote"), rates("inprocess"), strict=True)]
+    remote = runs["remote"]
+    return {
+        "frame_shape": runs["inprocess"][0]["frame_shape"],
+        "steps_per_s": {path: statistics.median(rates(path)) for path in PATHS},
+        "steps_per_s_all": {path: rates(path) for path in PATHS},
+        "remote_over_inprocess": statistics.median(ratio),
+        "remote_over_inprocess_all": ratio,
+        "frame_bytes": runs["inprocess"][0]["bytes"]["frame"],
+        "observation_encoded_bytes": runs["inprocess"][0]["bytes"]["encoded"],
+        "redis_in_bytes_per_step": statistics.median(r["redis_in_bytes_per_step"] for r in remote),
+        "redis_out_bytes_per_step": statistics.median(r["redis_out_bytes_per_step"] for r in remote),
+        "server_step_mean_s": statistics.median(r["server_step_mean_s"] for r in remote),
+        "agent_think_mean_s": statistics.median(r["agent_think_mean_s"] for r in remote),
+        "met": statistics.median(ratio) >= TARGET,
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    cfg, machine = report["config"], report["machine"]
+    print()
+    print(
+        f"DIAMBRA benchmark — {cfg['game']} ({cfg['difficulty']}) on diambra-arena's engine mock, {cfg['steps']} "
+        f"timed steps after {cfg['warmup']} per run, {cfg['rounds']} round(s); {machine['cpus']} CPUs, Python "
+        f"{machine['python']}, arbiter {machine['arbiter_rev']}; load average at start {machine['loadavg_start']}"
+    )
+    header = (
+        f"{'shape':<15} {'frame':>11} {'raw/s':>7} {'in-proc/s':>9} {'remote/s':>9} {'remote÷in':>9} "
+        f"{'reply B':>8} {'Redis in B/step':>15} {'out B/step':>10} {'eval step µs':>12} {'agent µs':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for shape, s in report["shapes"].items():
+        rate = s["steps_per_s"]
+        print(
+            f"{shape:<15} {'x'.join(map(str, s['frame_shape'])):>11} {rate['raw']:>7.0f} {rate['inprocess']:>9.0f} "
+            f"{rate['remote']:>9.0f} {s['remote_over_inprocess']:>9.2f} {s['observation_encoded_bytes']:>8} "
+            f"{s['redis_in_bytes_per_step']:>15.0f} {s['redis_out_bytes_per_step']:>10.0f} "
+            f"{s['server_step_mean_s'] * 1e6:>12.0f} {s['agent_think_mean_s'] * 1e6:>9.0f}"
+        )
+    print(
+        "(steps/s: median over rounds; remote÷in: median of the per-round ratios; reply B: one step's observation as "
+        "the codec encodes it; Redis B/step: bytes Redis received and sent per step; eval step: the evaluator's "
+        "env step; agent: the time between a reply and the next step, as the evaluator measures it)"
+    )
+    for shape, s in report["shapes"].items():
+        ratios = ", ".join(f"{r:.2f}" for r in s["remote_over_inprocess_all"])
+        print(
+            f"target RemoteEnv ≥ {TARGET}× in process at {shape}: {'met' if s['met'] else 'NOT met'} "
+            f"(per round {ratios})"
+        )
+    if report["mismatches"]:
+        for line in report["mismatches"]:
+            print(f"  MISMATCH {line}")
+    else:
+        print("trajectories: every in-process and remote run played the same episodes (seeds, steps, rewards)")
+    print(f"benchmark time: {report['total_s']:.1f} s")
+
+
+def run_benchmark(args: argparse.Namespace) -> int:
+    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+
+    began = time.monotonic()
+    wanted = args.shapes.split(",") if args.shapes else [""]
+    shapes = [shape for shape in SHAPES if any(word.strip() in shape for word in wanted)]
+    workdir = Path(tempfile.mkdtemp(prefix="arbiter-bench-diambra-"))
+    procs = Processes(workdir, script=HERE)
+    redis_server = EmbeddedRedis(port=free_port())
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {shape: {path: [] for path in PATHS} for shape in shapes}
+    profiles: dict[str, Any] = {}
+    failure = None
+    try:
+        redis_server.start()
+        bench = Bench(args, workdir, procs, redis_server.url)
+        for shape in shapes:
+            for round_ in range(1, args.rounds + 1):
+                order = PATHS if round_ % 2 else tuple(reversed(PATHS))
+                for path in order:
+                    result = bench.run(path, shape, f"{shape.split()[0]}-{path}-r{round_}")
+                    runs[shape][path].append(result)
+                    print(
+                        f"bench: {shape:<15} round {round_} {path:<9} {result['steps_per_s']:>7.0f} steps/s", flush=True
+                    )
+            if args.profile:
+                folder = Path(args.profile)
+                folder.mkdir(parents=True, exist_ok=True)
+                label = f"{shape.split()[0]}-{'-'.join(shape.split()[1:]) or 'frame'}"
+                bench.run("remote", shape, label, profile_dir=folder)
+                profiles[shape] = {
+                    "agent": bench_profile.rank(folder / f"agent-{label}.txt"),
+                    "server": bench_profile.rank(folder / f"server-{label}.txt"),
+                }
+    except BenchError as exc:
+        failure = str(exc)
+    except KeyboardInterrupt:
+        failure = "interrupted"
+    finally:
+        procs.stop_all()
+        redis_server.stop()
+        shutil.rmtree(workdir, ignore_errors=True)
+    if failure is not None:
+        print(f"bench: FAILED: {failure}", file=sys.stderr)
+        return 2
+    mismatches = [line for shape in shapes for line in check(shape, runs[shape])]
+    report = {
+        "config": {
+            "game": args.game,
+            "difficulty": DIFFICULTY,
+            "seed": SEED,
+            "steps": args.steps,
+            "warmup": args.warmup,
+            "rounds": args.rounds,
+            "mock_fps": 1000,
+        },  # fmt: skip
+        "machine": {**machine_basics(), "arbiter_rev": arbiter_rev()},
+        "shapes": {shape: summarise(shape, runs[shape]) for shape in shapes},
+        "mismatches": mismatches,
+        "profiles": profiles,
+        "total_s": time.monotonic() - began,
+    }
+    if args.json:
+        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    print_table(report)
+    for shape, profile in profiles.items():
+        print()
+        bench_profile.print_ranking(f"{shape}: agent (RemoteEnv)", profile["agent"])
+        bench_profile.print_ranking(f"{shape}: evaluator (arbiter serve)", profile["server"])
+    return 1 if mismatches else 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--game", default="doapp")
-    parser.add_argument("--steps", type=int, default=3000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--warmup", type=int, default=300, help="untimed steps of each path before it is timed")
-    parser.add_argument("--mock-fps", type=float, default=1000.0)
+    parser.add_argument("--steps", type=int, default=3000, help="timed steps per run (default 3000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of (raw, inprocess, remote) per shape")
+    parser.add_argument("--warmup", type=int, default=300, help="untimed steps at the start of every run")
+    parser.add_argument(
+        "--shapes", help=f"only the shapes of {list(SHAPES)} named (or partly named) in this comma-separated list"
+    )
     parser.add_argument("--json", help="also write the figures to this file")
-    parser.add_argument("--worker", choices=["raw", "arbiter"], help=argparse.SUPPRESS)
+    parser.add_argument("--profile", metavar="DIR", help="then one remote run per shape under py-spy: rankings")
+    parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")
+    parser.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--shape", choices=list(SHAPES), help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
+    parser.add_argument("--service-id", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
-        return worker(args)
+        logging.disable(logging.INFO)  # diambra-arena logs its whole settings at every env creation
+        return worker_remote(args) if args.worker == "remote" else worker_local(args)
+    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        print("bench: --rounds and --steps must be at least 1, --warmup at least 0", file=sys.stderr)
+        return 2
+    if args.profile and bench_profile.py_spy() is None:
+        print("bench: --profile needs py-spy (pip install py-spy)", file=sys.stderr)
+        return 2
 
-    results: dict[str, Any] = {
-        "game": args.game,
-        "steps": args.steps,
-        "rounds": args.rounds,
-        "mock_fps": args.mock_fps,
-        "python": platform.python_version(),
-        "shapes": {},
-    }
-    for shape in SHAPES:
-        rates: dict[str, list[float]] = {"raw": [], "arbiter": []}
-        seen: dict[str, Any] = {}
-        for _ in range(args.rounds):
-            for path in ("raw", "arbiter"):
-                figures = measure(path, shape, args)
-                rates[path].append(figures["rate"])
-                if path == "arbiter":
-                    seen = figures
-        raw_rate, ours_rate = statistics.median(rates["raw"]), statistics.median(rates["arbiter"])
-        frame_b, numpy_b, wire_b = seen["bytes"]
-        results["shapes"][shape] = {
-            "frame_shape": seen["frame_shape"],
-            "raw_steps_per_s": raw_rate,
-            "arbiter_steps_per_s": ours_rate,
-            "raw_steps_per_s_all": rates["raw"],
-            "arbiter_steps_per_s_all": rates["arbiter"],
-            "arbiter_us_per_step_over_raw": 1e6 / ours_rate - 1e6 / raw_rate,
-            "frame_bytes": frame_b,
-            "observation_numpy_bytes": numpy_b,
-            "observation_encoded_bytes": wire_b,
-        }
-        print(
-            f"{shape:>15}  frame {'x'.join(map(str, seen['frame_shape'])):>11}  "
-            f"raw {raw_rate:7.0f} steps/s  arbiter {ours_rate:7.0f} steps/s "
-            f"({1e6 / ours_rate - 1e6 / raw_rate:+6.1f} µs/step)  observation {frame_b:>7} B frame, "
-            f"{wire_b:>7} B encoded",
-            flush=True,
-        )
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(results, out, indent=2)
-    return 0
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    return run_benchmark(args)
 
 
 if __name__ == "__main__":

@@ -5,11 +5,19 @@ The loop runs until ``info["env_done"]``: the evaluation decides how many episod
 the same script serves an evaluation of 1, 3 or 10 episodes. The agent here presses random
 buttons; put a trained policy in ``choose_action``.
 
+Against an arbiter evaluator (``arbiter run`` sets ``ARBITER_REDIS_URL`` for the agent it starts):
+
+    arbiter run --competition diambra --set game=doapp --set difficulty=hard -- \\
+        python examples/diambra_agent/agent.py
+
+the env is ``arbiter.client.RemoteEnv``: the evaluator owns the game, its settings and seeds, and
+sends DIAMBRA's own observation (frame and RAM states) with every step. Without an evaluator:
+
     python examples/diambra_agent/agent.py --game doapp --difficulty hard --episodes 2
 
-``make_evaluation_env`` plays the evaluation in this process on diambra-arena's engine mock (or
-on the DIAMBRA engine named by ``DIAMBRA_ENVS``, as ``diambra run`` sets it) and prints the score
-arbiter computes. Needs ``pip install -e ".[diambra]"``.
+plays the evaluation in this process on diambra-arena's engine mock (or on the DIAMBRA engine
+named by ``DIAMBRA_ENVS``, as ``diambra run`` sets it) and prints the score arbiter computes.
+The in-process mode needs ``pip install -e ".[diambra]"``; the remote mode needs only arbiter.
 """
 
 from __future__ import annotations
@@ -19,20 +27,39 @@ import json
 import os
 from typing import Any
 
-from arbiter.server.formats.diambra.engine import engine_address_from_environ
-from arbiter.server.formats.diambra.local import LocalEvaluation
-from arbiter.server.formats.diambra.settings import DiambraSettings
+
+def make_remote_env() -> Any:
+    """The evaluator's env (the connection comes from ``ARBITER_REDIS_URL`` and
+    ``AICROWD_SUBMISSION_ID``, which ``arbiter run`` sets)."""
+    from arbiter.client.remote_env import RemoteEnv
+
+    return RemoteEnv()
 
 
-def make_evaluation_env(game: str, difficulty: str, episodes: int, seed: int | None) -> LocalEvaluation:
-    """The env of one evaluation, played in process. Against an arbiter server the same loop
-    steps ``arbiter.client.RemoteEnv`` instead."""
+def make_evaluation_env(game: str, difficulty: str, episodes: int, seed: int | None) -> Any:
+    """The env of one evaluation, played in process."""
+    from arbiter.server.formats.diambra.engine import engine_address_from_environ
+    from arbiter.server.formats.diambra.local import LocalEvaluation
+    from arbiter.server.formats.diambra.settings import DiambraSettings
+
     settings = DiambraSettings(game=game, difficulty=difficulty, episodes=episodes, frame_shape=[128, 128, 1])
     return LocalEvaluation(settings, seed=seed, engine_address=engine_address_from_environ(os.environ))
 
 
 def choose_action(env: Any, observation: Any) -> Any:
     return env.action_space.sample()
+
+
+def play(env: Any) -> None:
+    """DIAMBRA's agent loop: reset on terminated or truncated, leave on env_done."""
+    observation, info = env.reset()
+    while True:
+        action = choose_action(env, observation)
+        observation, reward, terminated, truncated, info = env.step(action)
+        if terminated or truncated:
+            observation, info = env.reset()
+            if info["env_done"]:
+                break
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -43,18 +70,22 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--seed", type=int, default=42)
     args = parser.parse_args(argv)
 
+    if os.environ.get("ARBITER_REDIS_URL"):
+        env = make_remote_env()
+        env.action_space.seed(args.seed)
+        play(env)
+        scores = env.submit()  # the evaluator's figures (the evaluation also ends when the agent exits)
+        env.close()
+        summary = {"score": scores.get("score"), "mean_reward": scores.get("score_secondary"),
+                   "engine": env.server_info.get("engine")}  # fmt: skip
+        print(json.dumps(summary, indent=2))
+        return summary
+
     env = make_evaluation_env(args.game, args.difficulty, args.episodes, args.seed)
-    observation, info = env.reset()
-    while True:
-        action = choose_action(env, observation)
-        observation, reward, terminated, truncated, info = env.step(action)
-        if terminated or truncated:
-            observation, info = env.reset()
-            if info["env_done"]:
-                break
+    env.action_space.seed(args.seed)
+    play(env)
     result = env.result()
     env.close()
-
     summary = {
         "score": result["primary"],
         "mean_reward": result["secondary"],

@@ -9,4 +9,25 @@ the difficulty its submitter chose, scored by the difficulty-weighted rule.
 
 ``games``, ``settings`` and ``scoring`` import nothing from diambra-arena, so results rescore
 and settings validate without the ``diambra`` extra; ``engine``, ``env`` and ``local`` need it.
+``plan`` (the evaluator's items over one env) and ``report`` (the report's sections) complete
+the format the registry knows as ``diambra``.
 """
+
+from __future__ import annotations
+
+import os
+
+from ..base import Format
+from .plan import DiambraPlan, DiambraRule
+from .report import report_sections
+from .settings import DiambraSettings
+
+FORMAT = Format(
+    name="diambra",
+    description="DIAMBRA Arena fighting games: difficulty-weighted score (engine mock unless DIAMBRA_ENVS is set)",
+    rules={"diambra": DiambraRule},
+    make_plan=DiambraPlan,
+    options=DiambraSettings,
+    report_sections=report_sections,
+    presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+)

@@ -65,27 +65,30 @@ def engine_label(engine: str) -> str:
 
 
 class RewardTrace:
-    """An episode's cumulative reward over its steps, kept compact: a point at every step that
-    changed it (a fighting game's reward moves only on hits), thinned to every other point when
-    it reaches twice ``TRACE_POINTS``, so an hour-long episode records a few hundred points."""
+    """An episode's cumulative reward over its steps, kept compact: a point at a step that
+    changed it (a fighting game's reward moves only on hits), at most one per ``stride`` steps.
+    When the points reach twice ``TRACE_POINTS``, every other one is dropped and the stride
+    doubles, so an hour-long episode keeps a few hundred points spread evenly over its steps."""
 
     def __init__(self) -> None:
         self.points: list[list[float]] = [[0, 0.0]]
+        self.stride = 1
         self.round_ends: list[int] = []
 
     def add(self, step: int, total: float, reward: float, round_done: bool) -> None:
-        if round_done:
+        if round_done and len(self.round_ends) < TRACE_POINTS:
             self.round_ends.append(step)
-        if reward == 0.0:
+        if reward == 0.0 or step - self.points[-1][0] < self.stride:
             return
         self.points.append([step, total])
         if len(self.points) >= 2 * TRACE_POINTS:
-            last = self.points[-1]
-            self.points = self.points[:-1:2] + [last]
+            self.points = self.points[::2]
+            self.stride *= 2
 
     def as_record(self, steps: int, total: float) -> dict[str, Any]:
+        """The trace, ending exactly at the episode's last step and total."""
         points = self.points if self.points[-1][0] == steps else [*self.points, [steps, total]]
-        return {"reward_trace": points, "round_ends": self.round_ends[:TRACE_POINTS]}
+        return {"reward_trace": points, "round_ends": self.round_ends}
 
 
 class DiambraEpisode:
@@ -163,7 +166,10 @@ class DiambraEpisode:
         }
 
     def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
-        ended_by = "finished" if finished else f"{timeout}_timeout" if timeout else "agent" if abandoned else "evaluation"
+        if finished:
+            ended_by = "finished"
+        else:
+            ended_by = f"{timeout}_timeout" if timeout else "agent" if abandoned else "evaluation"
         record = episode_record(
             self.env.settings,
             reward=self.total,
@@ -195,6 +201,7 @@ class DiambraEpisode:
 class DiambraPlan:
     server_side = True  # every step gets a reply: the agent needs its next frame
     prepare_ahead = False  # one env, reset in open(): nothing to build ahead
+    packages = ("diambra-arena", "gymnasium")  # versions recorded in the summary
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None, environ: Mapping[str, str] | None = None):
         settings: DiambraSettings = spec.options
@@ -210,8 +217,7 @@ class DiambraPlan:
         game = settings.game_facts
         self.source = (
             f"diambra-arena {settings.game} ({game.name}), {settings.difficulty} = level {settings.level}, "
-            f"{episodes} episode{'s' if episodes != 1 else ''}, {engine_label(self.engine)}"
-            + (f" ({MOCK_NOTE})" if self.engine == ENGINE_MOCK else f" at {address}")
+            f"{engine_label(self.engine)}" + (f" ({MOCK_NOTE})" if self.engine == ENGINE_MOCK else f" at {address}")
         )
 
     def open(self, item: Item) -> DiambraEpisode:
@@ -258,6 +264,22 @@ class DiambraPlan:
     def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
         return {column: record.get(column, "") for column in CSV_COLUMNS}
 
+    def progress_text(self, record: dict[str, Any]) -> str | None:
+        return (
+            f"{record['game']} {record['difficulty']} episode {record['episode']} (seed {record['seed']}, "
+            f"{engine_label(record['engine'])}): steps {record['steps']:>5}  R {record['reward']:g}  "
+            f"k {record['k']:.4f}  score {record['score']:g}"
+        )
+
+    def table_header(self) -> str:
+        return f"{'game':<9} {'difficulty':<10} {'seed':>10} {'steps':>6} {'R':>8} {'k':>7} {'score':>9}  engine"
+
+    def table_row(self, r: dict[str, Any]) -> str | None:
+        return (
+            f"{r['game']:<9} {r['difficulty']:<10} {r['seed'] if r['seed'] is not None else '-':>10} "
+            f"{r['steps']:>6} {r['reward']:>8g} {r['k']:>7.4f} {r['score']:>9.1f}  {r['engine']}"
+        )
+
     def close(self) -> None:
         self.env.close()
 
@@ -282,7 +304,10 @@ EPISODE_FIELDS = (
 class DiambraRule(DifficultyWeightedRule):
     """The difficulty-weighted rule as a DIAMBRA evaluation reports it: the domain's figures
     (primary = mean score, secondary = mean R, their spread), plus each episode's figures and
-    the engine the episodes ran on ("mock" says the score comes from the engine mock)."""
+    the engine the episodes ran on ("mock" says the score comes from the engine mock). Its name
+    is the one the format registers it under, so a summary names the rule that rescores it."""
+
+    name = "diambra"
 
     def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         figures = super().aggregate(records)
