@@ -711,3 +711,18 @@ def _types(value):
     if isinstance(value, dict):
         return {(type(k), k): _types(v) for k, v in value.items()}
     return type(value)
+
+
+def test_a_large_array_encodes_to_the_same_bytes_as_a_small_ones_layout():
+    """Arrays from 4 KiB on travel as a view of their memory: the message is byte for byte the
+    msgpack_numpy layout that ``tobytes`` gives, non-contiguous arrays included."""
+    import msgpack
+    import numpy as np
+
+    frame = np.arange(480 * 512 * 3, dtype=np.uint32).reshape(480, 512, 3)[:, ::2, :]  # not contiguous
+    for array in (frame, frame.astype(np.uint8), np.zeros((0, 3), dtype=np.float32), np.ones(2000, dtype=np.int16)):
+        layout = {b"nd": True, b"type": array.dtype.str, b"kind": b"", b"shape": list(array.shape),
+                  b"data": np.ascontiguousarray(array).tobytes()}  # fmt: skip
+        assert codec.encode({"a": array}) == msgpack.packb({"a": layout}, use_bin_type=True)
+        back = codec.decode(codec.encode({"a": array}), codec.REPLY_LIMITS)["a"]
+        assert back.dtype == array.dtype and np.array_equal(back, array)
