@@ -1,4 +1,6 @@
-"""scripts/bench.py --quick runs end to end: four paths, matching trajectories, sound ratios."""
+"""The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths) and
+scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv);
+matching trajectories, sound ratios, the tables printed."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench.py"
+BENCH_REMOTE_ENV = REPO / "scripts" / "bench_remote_env.py"
 
 
 @pytest.mark.timeout(300)
@@ -66,3 +69,66 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert report["memory"]["episodes_played"] == report["memory"]["episodes"] == 50
     assert report["scale"]["count"] == 2 and report["scale"]["consistent"] is True
     assert "arbiter/direct" in completed.stdout  # the table was printed
+
+
+@pytest.mark.timeout(180)
+def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "bench-remote-env.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_REMOTE_ENV), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+
+    assert report["config"]["steps"] == 1000 and report["config"]["rounds"] == 1
+    assert report["checks"] == {"match": True, "runs_checked": 3, "mismatches": []}
+    reference = report["reference"]  # the in-process run's episodes: the others played exactly these
+    assert sum(e["steps"] for e in reference) == 1000 and len(reference) >= 2
+    assert len({e["seed"] for e in reference}) == len(reference)  # the evaluator's seed for every reset
+    remote = report["raw_runs"]["remote"][0]
+    assert remote["state"] == "SUCCESS" and remote["episodes"] == remote["server_episodes"] == reference
+    assert remote["stage_over_at"] == [1000] and remote["stop_iteration_after_run"] is True
+
+    assert set(report["paths"]) == {"inprocess", "async1", "remote"}
+    rates = {}
+    for name, path in report["paths"].items():
+        (run,) = report["raw_runs"][name]
+        rates[name] = run["steps"] / run["wall_s"]
+        assert path["steps_per_s"]["median"] == pytest.approx(rates[name]), name
+        assert 0 < path["step_p50_s"] <= path["step_p99_s"] <= path["step_max_s"], name
+        assert path["reset_p50_s"] > 0 and path["setup_s"] > 0, name
+    assert report["paths"]["remote"]["server_step_mean_s"] > 0
+
+    ratio = report["ratios"]["remote_over_async1"]
+    assert ratio["per_round"] == [pytest.approx(rates["remote"] / rates["async1"])]
+    assert ratio["min"] == ratio["median"] == ratio["max"] == pytest.approx(ratio["per_round"][0])
+    assert report["target"]["met"] is (ratio["median"] >= report["target"]["remote_over_async1"])
+    assert "steps/s remote/async1: median" in completed.stdout  # the table was printed
+    assert "target RemoteEnv" in completed.stdout
+
+
+def test_profile_ranking_counts_self_and_inclusive_shares(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_profile
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    collapsed = tmp_path / "stacks.txt"
+    collapsed.write_text(
+        'process 1:"python";<module> (/x/a.py:3);step (/x/remote_env.py:120);request (/x/wire.py:101) 6\n'
+        'process 1:"python";<module> (/x/a.py:3);step (/x/remote_env.py:121);decode (/x/codec.py:9) 3\n'
+        'process 1:"python";<module> (/x/a.py:4) 1\n'
+        "not a sample line\n",
+        encoding="utf-8",
+    )
+    ranking = bench_profile.rank(collapsed)
+    assert ranking["samples"] == 10
+    assert ranking["self"] == [["request (wire.py)", 0.6], ["decode (codec.py)", 0.3], ["<module> (a.py)", 0.1]]
+    inclusive = dict(ranking["inclusive"])
+    assert inclusive["<module> (a.py)"] == 1.0
+    assert inclusive["step (remote_env.py)"] == pytest.approx(0.9)  # two lines of one function: one row
