@@ -174,11 +174,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
     )
 
-    generate = commands.add_parser("generate", help="write a Flatland test folder from a preset and seed")
+    generate = commands.add_parser(
+        "generate", help="write a Flatland test folder, or a synthetic MetaLC meta-dataset (--format metalc)"
+    )
     generate.add_argument("--out", required=True, metavar="DIR")
-    generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS))
-    generate.add_argument("--seed", type=int, default=DEBUG_TEST_SEED)
-    generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR")
+    generate.add_argument(
+        "--format", default="flatland", choices=["flatland", "metalc"], help="what to write (default: flatland)"
+    )
+    generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS), help="flatland: size")
+    generate.add_argument("--seed", type=int, default=None, help=f"default {DEBUG_TEST_SEED} (flatland), 0 (metalc)")
+    generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
+    generate.add_argument("--datasets", type=int, default=12, help="metalc: datasets (at least 6, one per fold)")
+    generate.add_argument("--algorithms", type=int, default=6, help="metalc: algorithms")
+    generate.add_argument("--missing-fraction", type=float, default=0.0, help="metalc: share of curves left out")
+    generate.add_argument(
+        "--duplicate-fraction", type=float, default=0.0, help="metalc: share of curves with a repeated time"
+    )
     _watch_and_replay_parsers(commands)
     acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
     acl.add_argument("--service-id", required=True)
@@ -322,7 +333,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
-    paths = generate_test_set(args.out, preset=args.preset, seed=args.seed, overwrite=args.overwrite)
+    if args.format == "metalc":
+        from .formats.metalc.generate import GeneratorSettings, write_meta_dataset
+
+        settings = GeneratorSettings(
+            args.datasets, args.algorithms, args.seed or 0, args.missing_fraction, args.duplicate_fraction
+        )
+        written = write_meta_dataset(args.out, settings)
+        print(f"wrote a synthetic MetaLC meta-dataset ({args.datasets} datasets, {args.algorithms} algorithms, "
+              f"{written} files) to {args.out}")  # fmt: skip
+        return 0
+    seed = DEBUG_TEST_SEED if args.seed is None else args.seed
+    paths = generate_test_set(args.out, preset=args.preset, seed=seed, overwrite=args.overwrite)
     print(f"wrote {len(paths)} envs and metadata.csv to {args.out}")
     return 0
 

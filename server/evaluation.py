@@ -393,8 +393,9 @@ class Evaluation(Endings):
             step_think_s=stats(self._episode_think),
             time_bank_used_s=self.bank.used_s,
         )
-        for record in merge_records(item.index, item.key, format_records, item_core, last_core):
-            self.store.add_episode(record)
+        records = merge_records(item.index, item.key, format_records, item_core, last_core)
+        self.store.add_episodes(records)
+        for record in records:
             self.records.append(record)
             if self.on_episode is not None:
                 self.on_episode(record, self)

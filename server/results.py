@@ -93,12 +93,17 @@ class ResultsStore:
             return None
 
     def add_episode(self, record: dict[str, Any]) -> None:
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
+        self.add_episodes([record])
+
+    def add_episodes(self, records: list[dict[str, Any]]) -> None:
+        """One item's records (a training run may hold hundreds): appended and fsynced together,
+        and results.csv rewritten once."""
+        lines = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
         with open(self.episodes_path, "a", encoding="utf-8") as handle:
-            handle.write(line)
+            handle.write(lines)
             handle.flush()
             os.fsync(handle.fileno())
-        self._csv_rows.append(self._csv_row(record))
+        self._csv_rows.extend(self._csv_row(r) for r in records)
         self._write_csv()
 
     def _write_csv(self) -> None:

@@ -231,3 +231,20 @@ def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, servi
     summary = summary_of(results)
     assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
     assert summary["score"]["primary"] is None
+
+
+def test_generate_writes_a_synthetic_metalc_meta_dataset(tmp_path):
+    from arbiter.server.formats.metalc.data import load_meta_dataset
+    from arbiter.server.formats.metalc.generate import GeneratorSettings, synthetic_files
+
+    out = tmp_path / "meta"
+    done = arbiter("generate", "--format", "metalc", "--out", str(out), "--datasets", "8", "--algorithms", "3",
+                   "--seed", "5")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    meta = load_meta_dataset(str(out))
+    assert len(meta.datasets) == 8 and len(meta.algorithms) == 3
+    expected = synthetic_files(GeneratorSettings(datasets=8, algorithms=3, seed=5))
+    written = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert written == expected
+    too_few = arbiter("generate", "--format", "metalc", "--out", str(tmp_path / "small"), "--datasets", "4")
+    assert too_few.returncode == 2 and "at least 6 datasets" in too_few.stderr

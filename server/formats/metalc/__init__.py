@@ -6,4 +6,25 @@ under the agent's learning curve (SCORING.md §4).
 - ``scoring``: ALC, final scores, run averages and the final phase's worst run, from records;
 - ``generate``: synthetic meta-datasets in the same layout;
 - ``local``: a whole phase played in process with agent objects.
+- ``options``, ``plan``, ``report``: the format as arbiter's evaluator plays it (``FORMAT``).
 """
+
+from __future__ import annotations
+
+import os
+
+from ..base import Format
+from .options import MetaLCOptions
+from .plan import MetaLCPlan
+from .report import report_sections
+from .scoring import AlcRule
+
+FORMAT = Format(
+    name="metalc",
+    description="MetaLC (WCCI 2022): meta-learning from learning curves, scored by the area under the learning curve",
+    rules={"alc": AlcRule},
+    make_plan=MetaLCPlan,
+    options=MetaLCOptions,
+    report_sections=report_sections,
+    presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+)
