@@ -47,15 +47,11 @@ class RemoteEnv(gymnasium.Env):
     ):
         super().__init__()
         self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s)
-        pong = self.wire.request(FLATLAND_RL.PING, {"version": f"arbiter-{PROTOCOL_VERSION}"})
-        if pong["type"] != FLATLAND_RL.PONG:
-            raise ArbiterError(f"handshake failed: expected PONG, got {pong['type']!r}")
-        self.server_info = extension(pong.get("payload"))
+        self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}")
         if "spaces" not in self.server_info:
             raise ArbiterError(
                 "this evaluator keeps no env on the server (a Flatland evaluation): use arbiter.client.RemoteClient"
             )
-        self.wire.resend_all = "protocol" in self.server_info
         self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
         self.action_space = space_from_wire(self.server_info["spaces"]["action"])
         self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))

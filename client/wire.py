@@ -4,7 +4,9 @@ Flatland, ``RemoteEnv`` for envs that live on the server).
 Every request carries this client's session id and a sequence number, so the evaluator applies
 it once however often it is resent; every wait has a timeout (a dead evaluator raises
 ``ServerUnavailable``, never hangs); the errors list is checked before every request, and a
-timeout found there raises ``TimeoutException``.
+timeout found there raises ``TimeoutException``. The handshake takes the evaluation over from a
+client that went silent (an agent that crashed and was started again): the evaluator says when
+that becomes possible, and the PING is sent again then, within the reply timeout.
 """
 
 from __future__ import annotations
@@ -21,12 +23,13 @@ import redis
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
+    ClientConflict,
     EpisodeLost,
     ServerUnavailable,
     TimeoutException,
     error_from_payload,
 )
-from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, request
+from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import connect, redacted
 
 log = logging.getLogger(__name__)
@@ -34,6 +37,9 @@ log = logging.getLogger(__name__)
 DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
 DEFAULT_REPLY_TIMEOUT_S = 60.0
 RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator may restart)
+# A refused handshake is sent again this long after the instant the evaluator named (its clock
+# and ours run at the same rate, but the refusal took time to arrive).
+TAKEOVER_RETRY_MARGIN_S = 0.02
 
 
 def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[str, str]:
@@ -59,6 +65,12 @@ def reply_timeout(reply_timeout_s: float | None) -> float:
 class Wire:
     """Requests and replies over Redis for one client session."""
 
+    # A request that may be resent goes out together with the wait for its reply (one round
+    # trip, see _push_and_wait); False sends it with its own LPUSH first.
+    pipelined = True
+    # How an EpisodeLost tells the agent to get the lost episode back.
+    replay_hint = "starting it again replays it"
+
     def __init__(
         self,
         redis_url: str | None = None,
@@ -71,57 +83,105 @@ class Wire:
         self.reply_timeout_s = reply_timeout(reply_timeout_s)
         self.resend_after_s = resend_after_s
         self.session = uuid.uuid4().hex  # binds the evaluation to this client
-        self.seq = 0
+        self._seq = 0
         self.redis = connect(self.redis_url, socket_timeout_s=self.reply_timeout_s + 10.0)
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
+        self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
         self.resend_all = False  # arbiter's evaluator answered: every request may be resent
 
-    def tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
-        """The request, with this client's session and next sequence number (server/clients.py)."""
-        self.seq += 1
-        ext = dict(payload.get(EXTENSION_KEY, {}))
-        ext.update(session=self.session, seq=self.seq)
-        return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
+    # -- the handshake ----------------------------------------------------------------------
 
-    def raise_pending_timeout(self, error: bytes | None) -> None:
-        if error is None:
-            return
-        try:
-            message = codec.decode(error, codec.COMMAND_LIMITS)
-            kind = message.get("type") if isinstance(message, dict) else None
-        except ArbiterError:
-            kind = None
-        if kind == EPISODE_LOST:
-            raise EpisodeLost("the evaluator lost this episode's steps in a Redis outage; starting it again replays it")
-        if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
-            raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
-        raise TimeoutException("the evaluator timed out this episode: step budget exceeded")
+    def handshake(self, version: str) -> dict[str, Any]:
+        """PING / PONG as a new client; returns ``server_info``. Timeouts already on the errors
+        list were posted for an earlier client (one that crashed, or ran before a ``--resume``):
+        this one has played nothing yet. They are dropped before the PING and again after the
+        PONG, by which time the evaluator has dealt with whatever that client left running."""
+        self._discard_pending_errors()
+        self.ping(version, raise_pending=False)
+        self._discard_pending_errors()
+        return self.server_info
 
-    def request(self, type_: str, payload: dict[str, Any], wait_s: float | None = None) -> dict[str, Any]:
-        """Send one request and wait for its reply; an ERROR reply is raised as its error class."""
-        wait_s = self.reply_timeout_s if wait_s is None else wait_s
-        give_up = time.monotonic() + wait_s
-        self.raise_pending_timeout(self.with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up))
-        channel = keys.response_key(self.service_id, uuid.uuid4().hex)
-        message = self.tagged(type_, payload, channel)
+    def ping(self, version: str, *, raise_pending: bool = True) -> dict[str, Any]:
+        """PING; resent while the evaluator is not up yet, and while another client is bound to
+        the evaluation until this one may take over (see server/clients.py), within
+        ``reply_timeout_s``. Returns the PONG's extension, kept as ``server_info``."""
+        response = self.request(FLATLAND_RL.PING, {"version": version}, raise_pending=raise_pending)
+        if response["type"] != FLATLAND_RL.PONG:
+            raise ArbiterError(f"handshake failed: expected PONG, got {response['type']!r}")
+        self.server_info = extension(response.get("payload"))
         # arbiter's evaluator answers a resent request from its cache, so resending after a lost
         # message is safe; flatland's would apply it twice, so only its PING is resent.
+        self.resend_all = "protocol" in self.server_info
+        return self.server_info
+
+    def _discard_pending_errors(self) -> None:
+        give_up = time.monotonic() + self.reply_timeout_s
+        while self._with_reconnect(lambda: self.redis.rpop(self.errors_key), FLATLAND_RL.PING, give_up) is not None:
+            pass
+
+    def _takeover_wait_s(
+        self, type_: str, error: ArbiterError, response: dict[str, Any], give_up: float
+    ) -> float | None:
+        """How long to wait before sending a refused PING again, or None to give up: the
+        evaluator says when the bound client will have been silent long enough for a takeover."""
+        if type_ != FLATLAND_RL.PING or not isinstance(error, ClientConflict):
+            return None
+        retry_after_s = extension(response.get("payload")).get("retry_after_s")
+        if isinstance(retry_after_s, bool) or not isinstance(retry_after_s, (int, float)) or retry_after_s < 0:
+            return None
+        wait_s = retry_after_s + TAKEOVER_RETRY_MARGIN_S
+        return wait_s if time.monotonic() + wait_s < give_up else None
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def request(
+        self, type_: str, payload: dict[str, Any], wait_s: float | None = None, *, raise_pending: bool = True
+    ) -> dict[str, Any]:
+        """Send one request and wait for its reply; an ERROR reply is raised as its error class.
+        A timeout waiting on the errors list is raised first, unless ``raise_pending`` is False."""
+        wait_s = self.reply_timeout_s if wait_s is None else wait_s
+        give_up = time.monotonic() + wait_s
+        pending = self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+        if raise_pending:
+            self._raise_pending_timeout(pending)
+        channel = self._new_channel()
+        message = self._tagged(type_, payload, channel)
+        while True:
+            response = self._send_and_await(type_, message, channel, give_up=give_up, wait_s=wait_s)
+            if response["type"] != FLATLAND_RL.ERROR:
+                return response
+            error = error_from_payload(response.get("payload"))
+            takeover_wait_s = self._takeover_wait_s(type_, error, response, give_up)
+            if takeover_wait_s is None:
+                break
+            log.info("another client is bound to this evaluation; asking again in %.2f s", takeover_wait_s)
+            time.sleep(takeover_wait_s)
+        if isinstance(error, TimeoutException):
+            # The evaluator also posted this timeout on the errors list (before answering):
+            # it is told now, so it must not be raised a second time by the next call.
+            self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+        raise error
+
+    def _send_and_await(
+        self, type_: str, message: bytes, channel: str, *, give_up: float, wait_s: float
+    ) -> dict[str, Any]:
+        """Push ``message`` and return the reply on ``channel``; a request that may be resent is
+        sent again every ``resend_after_s`` until ``give_up``."""
         resend = type_ == FLATLAND_RL.PING or self.resend_all
-        if not resend:
-            self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
-        pushed = not resend
+        push_with_wait = resend and self.pipelined
+        if not push_with_wait:
+            self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
         while True:
             left = give_up - time.monotonic()
             chunk = min(left, self.resend_after_s) if resend else left
             # Redis rounds a blocking timeout to milliseconds and 0 means forever: never send < 10 ms.
             block_s = round(max(chunk, 0.01), 3)
-            if pushed:
-                wait = functools.partial(self.redis.blpop, [channel], timeout=block_s)
+            if push_with_wait:
+                wait = functools.partial(self._push_and_wait, message, channel, block_s)
             else:
-                wait = functools.partial(self.push_and_wait, message, channel, block_s)
-            found = self.with_reconnect(wait, type_, give_up)
-            pushed = True
+                wait = functools.partial(self.redis.blpop, [channel], timeout=block_s)
+            found = self._with_reconnect(wait, type_, give_up)
             if found is not None:
                 break
             if time.monotonic() >= give_up:
@@ -129,21 +189,14 @@ class Wire:
                     f"no reply to {type_} from the evaluator within {wait_s:g} s "
                     f"(Redis {redacted(self.redis_url)}, service id {self.service_id!r}): is the evaluator running?"
                 )
-            if resend:
-                self.with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
+            if resend and not push_with_wait:
+                self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
         response = codec.decode(found[1], codec.REPLY_LIMITS)
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
-        if response["type"] == FLATLAND_RL.ERROR:
-            error = error_from_payload(response.get("payload"))
-            if isinstance(error, TimeoutException):
-                # The evaluator also posted this timeout on the errors list (before answering):
-                # it is told now, so it must not be raised a second time by the next call.
-                self.with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
-            raise error
         return response
 
-    def push_and_wait(self, message: bytes, channel: str, block_s: float) -> Any:
+    def _push_and_wait(self, message: bytes, channel: str, block_s: float) -> Any:
         """LPUSH the request and BLPOP its reply in one packet: one round trip where two would
         wait for each other (Redis runs them in order, so the wait starts once the request is
         queued). Only for requests that may be resent: after a connection error it is unknown
@@ -153,7 +206,34 @@ class Wire:
         pipe.blpop([channel], timeout=block_s)
         return pipe.execute()[1]
 
-    def with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
+    # -- the parts of a request -------------------------------------------------------------
+
+    def _tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
+        """The request, with this client's session and next sequence number (server/clients.py)."""
+        self._seq += 1
+        ext = dict(payload.get(EXTENSION_KEY, {}))
+        ext.update(session=self.session, seq=self._seq)
+        return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
+
+    def _new_channel(self) -> str:
+        return keys.response_key(self.service_id, uuid.uuid4().hex)
+
+    def _raise_pending_timeout(self, error: bytes | None) -> None:
+        """Raise what the evaluator posted on the errors list, if anything (None: nothing)."""
+        if error is None:
+            return
+        try:
+            message = codec.decode(error, codec.COMMAND_LIMITS)
+            kind = message.get("type") if isinstance(message, dict) else None
+        except ArbiterError:
+            kind = None
+        if kind == EPISODE_LOST:
+            raise EpisodeLost(f"the evaluator lost this episode's steps in a Redis outage; {self.replay_hint}")
+        if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
+            raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
+        raise TimeoutException("the evaluator timed out this episode: step budget exceeded")
+
+    def _with_reconnect(self, call: Any, type_: str, give_up: float) -> Any:
         """Run a Redis call, retrying through connection errors (a Redis restart) until ``give_up``."""
         pause_s = 0.05
         while True:

@@ -280,3 +280,65 @@ def test_a_leftover_env_create_from_before_a_resume_hands_out_no_episode(
     assert summary["episodes"] == {
         "total": 3, "recorded": 3, "finished": 3, "timed_out": 0, "abandoned": 0, "skipped": 0
     }  # fmt: skip
+
+
+# A RemoteEnv agent that plays two steps of its first episode, creates MARKER, then hangs until
+# killed. argv: REDIS_URL SERVICE_ID MARKER.
+HANGING_REMOTE_ENV_AGENT = """
+import sys, threading
+from arbiter.client.remote_env import RemoteEnv
+env = RemoteEnv(redis_url=sys.argv[1], service_id=sys.argv[2], reply_timeout_s=10)
+env.reset()
+env.step(1)
+env.step(1)
+open(sys.argv[3], "w").close()
+threading.Event().wait()
+"""
+
+
+def test_a_remote_env_started_after_a_killed_one_takes_over_the_two_phase_evaluation(
+    redis_url, service_id, tmp_path, processes, record_property
+):
+    from test_two_phase_e2e import fake_spec
+
+    from arbiter.client.remote_env import RemoteEnv
+
+    step_s = 0.5
+    results = str(tmp_path / "r")
+    marker = str(tmp_path / "hung")
+    competition = fake_spec(phase=1, budgets={"step_s": step_s, "planning_s": step_s})
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        crashing = processes.start([sys.executable, "-c", HANGING_REMOTE_ENV_AGENT, redis_url, service_id, marker])
+        wait_for(lambda: os.path.exists(marker), timeout_s=60, what="the first agent's two steps")
+        hung_at = time.monotonic()  # after its last step was answered
+        sigkill(crashing)
+        # Within the killed agent's step budget: refused (OTHER_CLIENT), asked again when the
+        # evaluator said, then bound; the timeout of the killed agent's episode is not raised.
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        waited_s = time.monotonic() - hung_at
+        record_property("remote_env_admitted_after_s", round(waited_s, 4))
+        assert service.gate.owner == env.wire.session
+        assert service.evaluation.counters["foreign_requests"] >= 1
+        assert waited_s < step_s + 1.0
+        returns = []
+        _, info = env.reset()
+        while not info["env_done"]:
+            total, done = 0.0, False
+            while not done:
+                _, reward, terminated, truncated, info = env.step(1)
+                total += reward
+                done = terminated or truncated
+            returns.append(total)
+            _, info = env.reset()
+        scores = env.submit()
+        env.close()
+        summary = finish(outcome)
+    records = read_episodes(results)
+    assert summary["state"] == "SUCCESS"
+    assert summary["counters"]["takeovers"] == 1
+    assert [(r["timed_out"], r["steps"]) for r in records] == [(True, 2), (False, 5)]
+    assert records[0]["timeout"] == "step" and returns == [10.0]
+    assert scores["score"] == summary["score"]["phase1"] == (0.0 + 10.0) / 2
