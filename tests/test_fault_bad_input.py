@@ -27,7 +27,7 @@ import numpy as np
 import pytest
 from harness import finish, play_episode, read_episodes, running_service, seeded_actions, spec, wait_for
 
-from arbiter.client import RemoteClient, TimeoutException, remote_client
+from arbiter.client import RemoteClient, TimeoutException, wire
 from arbiter.protocol import codec, keys, messages
 from arbiter.protocol.errors import DecodeError, MessageTooLarge
 from arbiter.protocol.messages import FLATLAND_RL, REQUEST_TYPES
@@ -761,7 +761,7 @@ def test_f14_absurd_timestamps_and_a_jumping_wall_clock_change_no_decision(
     real_time = time.time
     jumps = itertools.cycle([0.0, 3.2e7, -3.2e7, 3600.0, -86400.0, 1e9])
     with monkeypatch.context() as patch:
-        patch.setattr(remote_client, "codec", absurd_codec)
+        patch.setattr(wire, "codec", absurd_codec)  # where every request of the SDK is encoded
         patch.setattr(time, "time", lambda: real_time() + next(jumps))  # the wall clock jumps, for everyone
         absurd_decisions, absurd = timeout_scenario(redis_url, service_id, tiny_tests, str(tmp_path / "absurd"))
 
@@ -780,6 +780,7 @@ def test_f14_budget_decisions_never_read_the_wall_clock():
     import arbiter.server.budgets
     import arbiter.server.clients
     import arbiter.server.evaluation
+    import arbiter.server.evaluation_endings
     import arbiter.server.service
     import arbiter.server.transport
 
@@ -788,6 +789,7 @@ def test_f14_budget_decisions_never_read_the_wall_clock():
         arbiter.server.budgets,
         arbiter.server.clients,
         arbiter.server.evaluation,
+        arbiter.server.evaluation_endings,
         arbiter.server.service,
         arbiter.server.transport,
     ):
