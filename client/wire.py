@@ -68,6 +68,7 @@ class Wire:
     # A request that may be resent goes out together with the wait for its reply (one round
     # trip, see _push_and_wait); False sends it with its own LPUSH first.
     pipelined = True
+    _folded_error: bytes | None = None  # the errors-list entry a step's packet took (see request)
     # How an EpisodeLost tells the agent to get the lost episode back.
     replay_hint = "starting it again replays it"
 
@@ -142,13 +143,19 @@ class Wire:
         A timeout waiting on the errors list is raised first, unless ``raise_pending`` is False."""
         wait_s = self.reply_timeout_s if wait_s is None else wait_s
         give_up = time.monotonic() + wait_s
-        pending = self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
-        if raise_pending:
-            self._raise_pending_timeout(pending)
+        # A step to arbiter's evaluator checks the errors list in its own packet: a step sent after
+        # a timeout is refused there, never applied, so the timeout is raised all the same.
+        fold = type_ == FLATLAND_RL.ENV_STEP and raise_pending and self.resend_all and self.pipelined
+        if not fold:
+            pending = self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+            if raise_pending:
+                self._raise_pending_timeout(pending)
         channel = self._new_channel()
         message = self._tagged(type_, payload, channel)
         while True:
-            response = self._send_and_await(type_, message, channel, give_up=give_up, wait_s=wait_s)
+            response = self._send_and_await(type_, message, channel, give_up=give_up, wait_s=wait_s, fold=fold)
+            if fold:
+                self._raise_pending_timeout(self._folded_error)  # it decided the step's fate: first
             if response["type"] != FLATLAND_RL.ERROR:
                 return response
             error = error_from_payload(response.get("payload"))
@@ -164,12 +171,14 @@ class Wire:
         raise error
 
     def _send_and_await(
-        self, type_: str, message: bytes, channel: str, *, give_up: float, wait_s: float
+        self, type_: str, message: bytes, channel: str, *, give_up: float, wait_s: float, fold: bool = False
     ) -> dict[str, Any]:
         """Push ``message`` and return the reply on ``channel``; a request that may be resent is
-        sent again every ``resend_after_s`` until ``give_up``."""
+        sent again every ``resend_after_s`` until ``give_up``. ``fold``: the first packet also
+        takes the errors list's next entry, into ``_folded_error``."""
         resend = type_ == FLATLAND_RL.PING or self.resend_all
         push_with_wait = resend and self.pipelined
+        self._folded_error = None
         if not push_with_wait:
             self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
         while True:
@@ -178,7 +187,8 @@ class Wire:
             # Redis rounds a blocking timeout to milliseconds and 0 means forever: never send < 10 ms.
             block_s = round(max(chunk, 0.01), 3)
             if push_with_wait:
-                wait = functools.partial(self._push_and_wait, message, channel, block_s)
+                wait = functools.partial(self._push_and_wait, message, channel, block_s, fold)
+                fold = False  # a resend does not take the errors list again
             else:
                 wait = functools.partial(self.redis.blpop, [channel], timeout=block_s)
             found = self._with_reconnect(wait, type_, give_up)
@@ -196,15 +206,21 @@ class Wire:
             raise ArbiterError(f"malformed reply to {type_}")
         return response
 
-    def _push_and_wait(self, message: bytes, channel: str, block_s: float) -> Any:
+    def _push_and_wait(self, message: bytes, channel: str, block_s: float, take_error: bool = False) -> Any:
         """LPUSH the request and BLPOP its reply in one packet: one round trip where two would
         wait for each other (Redis runs them in order, so the wait starts once the request is
         queued). Only for requests that may be resent: after a connection error it is unknown
-        whether the LPUSH landed, and the retry pushes it again."""
+        whether the LPUSH landed, and the retry pushes it again. ``take_error``: RPOP the errors
+        list first, in the same packet."""
         pipe = self.redis.pipeline(transaction=False)
+        if take_error:
+            pipe.rpop(self.errors_key)
         pipe.lpush(self.commands_key, message)
         pipe.blpop([channel], timeout=block_s)
-        return pipe.execute()[1]
+        results = pipe.execute()
+        if take_error:
+            self._folded_error = results[0]
+        return results[-1]
 
     # -- the parts of a request -------------------------------------------------------------
 

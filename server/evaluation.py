@@ -196,7 +196,7 @@ class Evaluation(Endings):
         elif type(wanted) is int and wanted < self.next_index and self.records and self.records[-1]["index"] == wanted:
             # A reset for the stage that just ended, sent before the client heard: its stage is
             # over (timed out, or ended by the evaluator) and the next item is not handed out for it.
-            if self.records[-1]["timed_out"]:
+            if self.records[-1]["timed_out"] or self.records[-1].get("timeout"):
                 raise TimeoutException(f"item {wanted} timed out; call env_create() for the next item")
             raise OutOfOrder(f"item {wanted} is over; call env_create() for the next item")
         if self.next_index >= self.total:

@@ -148,6 +148,7 @@ class EvaluatorService:
                 log.exception("internal error in the service loop")
                 evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
                 break
+        self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
         return evaluation.summary()
 
     def _serve_once(self) -> bool:

@@ -81,6 +81,9 @@ class RedisTransport:
         self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
         self.downtime_s = 0.0
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
+        # Replies not sent yet: they go out in the packet of the next Redis call, ahead of it (the
+        # next wait, usually), so answering a request costs no round trip of its own.
+        self._replies: list[tuple[str, bytes]] = []
         # Plain attributes, not a threading.Event: a signal handler sets and reads them, and one
         # that took a lock the interrupted code held would deadlock.
         self.stop_requested = False
@@ -176,6 +179,7 @@ class RedisTransport:
         While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
         ``idle_work()`` runs first."""
         if self._batch:
+            self.flush()  # a reply must not wait for a batch to be worked through
             return self._batch.popleft()
         outages = self.outages
         while not (self.stop_requested or should_stop()):
@@ -186,7 +190,7 @@ class RedisTransport:
             if may_block:
                 taken = self._call(functools.partial(self._wait_and_take, block_s))
             else:
-                taken = self._call(lambda: self.redis.rpop(self.commands_key, POP_BATCH))
+                taken = self._call(self._take_nowait)
             if taken:
                 self._batch.extend(taken)
                 return self._batch.popleft()
@@ -208,33 +212,74 @@ class RedisTransport:
         Redis runs a blocked client's next command only once the block ends, so the RPOP sent
         in the same packet takes the commands that were queued when the BRPOP returned."""
         pipe = self.redis.pipeline(transaction=False)
+        sent = self._queue_replies(pipe)
         pipe.brpop([self.commands_key], timeout=round(block_s, 3))
         pipe.rpop(self.commands_key, POP_BATCH - 1)
-        found, rest = pipe.execute()
+        found, rest = pipe.execute()[sent:]
+        self._replies.clear()
         taken = [found[1]] if found is not None else []
         taken.extend(rest or ())
         return taken
 
+    def _take_nowait(self) -> list[bytes]:
+        pipe = self.redis.pipeline(transaction=False)
+        sent = self._queue_replies(pipe)
+        pipe.rpop(self.commands_key, POP_BATCH)
+        taken = pipe.execute()[sent]
+        self._replies.clear()
+        return taken or []
+
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""
+        self.flush()
         return int(self._call(lambda: self.redis.llen(self.commands_key))) + len(self._batch)
 
     def pop_nowait(self) -> bytes | None:
+        self.flush()
         if self._batch:
             return self._batch.popleft()
         return self._call(lambda: self.redis.rpop(self.commands_key))
 
     def reply(self, channel: str, message: bytes) -> None:
-        def send() -> None:
-            pipe = self.redis.pipeline(transaction=False)
+        """Answer a request: sent ahead of the next Redis call, in its packet (``flush`` sends it
+        alone). Every path out of the service loop's turn makes a Redis call or flushes."""
+        self._replies.append((channel, message))
+
+    def _queue_replies(self, pipe: Any) -> int:
+        for channel, message in self._replies:
             pipe.rpush(channel, message)
             pipe.expire(channel, REPLY_TTL_S)
+        return 2 * len(self._replies)
+
+    def flush(self) -> None:
+        if not self._replies:
+            return
+
+        def send() -> None:
+            pipe = self.redis.pipeline(transaction=False)
+            self._queue_replies(pipe)
             pipe.execute()
+            self._replies.clear()
 
         self._call(send)
 
+    def flush_last(self) -> None:
+        """The replies of the evaluation's last turn (ENV_SUBMIT's): one attempt, no riding out
+        an outage, since the evaluation has ended."""
+        if not self._replies or self.stop_requested:  # a stop is obeyed at once, whatever is pending
+            return
+        try:
+            pipe = self.redis.pipeline(transaction=False)
+            self._queue_replies(pipe)
+            pipe.execute()
+        except (StopRequested, redis.RedisError) as exc:
+            log.warning("the last reply could not be sent: %s", exc)
+        self._replies.clear()
+
     def push_error(self, message: bytes) -> None:
+        self.flush()  # a reply to an earlier request goes first, as it was decided first
         self._call(lambda: self.redis.rpush(self.errors_key, message))
 
     def close(self) -> None:
+        self.flush_last()
         self.redis.close()
