@@ -26,6 +26,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.messages import EXTENSION_KEY
 
 from ..budgets import BudgetPolicy
 
@@ -147,6 +148,26 @@ def plain(value: Any, _depth: int = 0) -> Any:
     if isinstance(value, (list, tuple)):
         return [plain(v, _depth + 1) for v in value]
     return repr(value)
+
+
+def step_reply(
+    last: tuple[Any, float, bool, bool, Any], *, done: bool, step: int, invalid: int, info: Any = None, **ext: Any
+) -> dict[str, Any]:
+    """An ENV_STEP_RESPONSE body of a server-side format from a Gymnasium step's 5-tuple: the
+    step's results, where the item stands (``done``, ``step``), and the format's extension
+    fields (``stage_over`` at least). ``info`` replaces the env's info (already plain data)."""
+    observation, reward, terminated, truncated, env_info = last
+    return {
+        "observation": observation,
+        "reward": reward,
+        "terminated": terminated,
+        "truncated": truncated,
+        "info": plain(env_info) if info is None else info,
+        "done": done,
+        "step": step,
+        "invalid_actions": invalid,
+        EXTENSION_KEY: ext,
+    }
 
 
 def finite(value: float) -> float | None:

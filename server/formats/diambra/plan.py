@@ -29,7 +29,7 @@ from arbiter.protocol.errors import OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_to_wire
 
-from ..base import Item, plain
+from ..base import Item, plain, step_reply
 from .engine import ENGINE_MOCK, engine_address_from_environ
 from .env import DiambraEnv, episode_seed
 from .scoring import Bounds, DifficultyWeightedRule, episode_record, rescore
@@ -152,18 +152,10 @@ class DiambraEpisode:
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
         assert self._last is not None
-        observation, reward, terminated, truncated, info = self._last
-        return {
-            "observation": observation,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-            "info": {**info, "invalid_action": bool(invalid), "env_done": self.over and self.last},
-            "done": self.over,
-            "step": self.steps,
-            "invalid_actions": invalid,
-            EXTENSION_KEY: {"stage_over": self.over, "episode": self.item.fields["episode"], "engine": self.env.engine},
-        }
+        info = {**self._last[4], "invalid_action": bool(invalid), "env_done": self.over and self.last}
+        place = {"episode": self.item.fields["episode"], "engine": self.env.engine}
+        return step_reply(self._last, done=self.over, step=self.steps, invalid=invalid, info=info,
+                          stage_over=self.over, **place)  # fmt: skip
 
     def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
         if finished:

@@ -15,7 +15,7 @@ from arbiter.protocol.errors import InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import action_for
 
-from ..base import Item, finite, plain, reset_seed
+from ..base import Item, finite, plain, reset_seed, step_reply
 from .convergence import ConvergenceTracker
 from .options import TwoPhaseOptions
 
@@ -69,18 +69,7 @@ class EvalEpisode:
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
         assert self._last is not None
-        observation, reward, terminated, truncated, info = self._last
-        return {
-            "observation": observation,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-            "info": plain(info),
-            "done": self.over,
-            "step": self.steps,
-            "invalid_actions": invalid,
-            EXTENSION_KEY: {"stage_over": self.over},
-        }
+        return step_reply(self._last, done=self.over, step=self.steps, invalid=invalid, stage_over=self.over)
 
     def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
         return [
@@ -185,18 +174,10 @@ class TrainingRun:
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
         assert self._last is not None
-        observation, reward, terminated, truncated, info = self._last
-        return {
-            "observation": observation,
-            "reward": reward,
-            "terminated": terminated,
-            "truncated": truncated,
-            "info": plain(info),
-            "done": self.over,
-            "step": self.total_steps,
-            "invalid_actions": invalid,
-            EXTENSION_KEY: {"stage_over": self.over, "total_steps": self.total_steps},
-        }
+        steps = self.total_steps
+        return step_reply(
+            self._last, done=self.over, step=steps, invalid=invalid, stage_over=self.over, total_steps=steps
+        )
 
     def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
         if not finished and self.episode_steps:

@@ -59,6 +59,7 @@ class TwoPhasePlan:
     server_side = True
     prepare_ahead = False  # one env serves every item: opening the next would reset it
     packages = ("gymnasium",)
+
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         options: TwoPhaseOptions = spec.options
         self.options = options
