@@ -31,10 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol.errors import OutOfOrder, TimeoutException
-from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from . import evaluation_summary
-from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for, silence_before_takeover_s
+from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for
 from .evaluation_endings import Endings, State
 from .evaluation_summary import core_fields, merge_records, stats
 from .formats.base import Item, OpenItem, Plan
@@ -317,33 +317,6 @@ class Evaluation(Endings):
                 raise opened
             return opened
         return self.plan.open(self.items[index])
-
-    def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
-        """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
-        the same episode out again. The client learns it through an out-of-band error."""
-        if self.current is None:
-            return []
-        self.counters["episodes_replayed"] += 1
-        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.item.index)
-        self.current.close()
-        self.current = None
-        self.stage_at = None
-        self.next_index -= 1
-        self._set_wait(Wait.NEXT_EPISODE, now)
-        return [{"type": EPISODE_LOST}]
-
-    def takeover_after_s(self) -> float:
-        """How long the bound client must have been silent before another one may replace it."""
-        return silence_before_takeover_s(self.wait, self.budgets, self.bank.left_s)
-
-    def take_over(self, silent_s: float, now: float) -> None:
-        """A new client replaced one silent for ``silent_s`` (over ``takeover_after_s``): the
-        episode the silent one left running times out now, its deadline passed or all but. The
-        timeout is not posted: the errors list belongs to the new client from here on."""
-        self.counters["takeovers"] += 1
-        log.warning("a new client took over from one silent for %.2f s", silent_s)
-        if self.current is not None and self.wait in (Wait.PLANNING, Wait.STEP):
-            self.expire(Deadline(self.wait, now), now)
 
     # -- bookkeeping --------------------------------------------------------------------------
 

@@ -1,6 +1,7 @@
-"""How an evaluation's windows run out and how it ends (the Evaluation's half that decides
-endings; server/evaluation.py has the requests). Mixed into ``Evaluation``: it works on the same
-state, and is apart only so that each half can be read on its own."""
+"""How an evaluation's windows run out, how an item is cut short (a Redis outage, a takeover)
+and how the evaluation ends: the Evaluation's half that decides endings (server/evaluation.py has
+the requests). Mixed into ``Evaluation``: it works on the same state, and is apart only so that
+each half can be read on its own."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ import logging
 from typing import Any
 
 from arbiter.protocol.errors import EvaluationError
-from arbiter.protocol.messages import FLATLAND_RL
+from arbiter.protocol.messages import EPISODE_LOST, FLATLAND_RL
 
-from .budgets import Deadline, Wait
+from .budgets import Deadline, Wait, silence_before_takeover_s
 
 log = logging.getLogger("arbiter.server.evaluation")
 
@@ -142,3 +143,32 @@ class Endings:
             self._end_early(f"{self.successive_timeouts} successive timeouts", now)
         else:
             self._set_wait(Wait.AFTER_TIMEOUT, now)
+
+    # -- an item cut short by the infrastructure or by a new client --------------------------
+
+    def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
+        """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
+        the same episode out again. The client learns it through an out-of-band error."""
+        if self.current is None:
+            return []
+        self.counters["episodes_replayed"] += 1
+        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.item.index)
+        self.current.close()
+        self.current = None
+        self.stage_at = None
+        self.next_index -= 1
+        self._set_wait(Wait.NEXT_EPISODE, now)
+        return [{"type": EPISODE_LOST}]
+
+    def takeover_after_s(self) -> float:
+        """How long the bound client must have been silent before another one may replace it."""
+        return silence_before_takeover_s(self.wait, self.budgets, self.bank.left_s)
+
+    def take_over(self, silent_s: float, now: float) -> None:
+        """A new client replaced one silent for ``silent_s`` (over ``takeover_after_s``): the
+        episode the silent one left running times out now, its deadline passed or all but. The
+        timeout is not posted: the errors list belongs to the new client from here on."""
+        self.counters["takeovers"] += 1
+        log.warning("a new client took over from one silent for %.2f s", silent_s)
+        if self.current is not None and self.wait in (Wait.PLANNING, Wait.STEP):
+            self.expire(Deadline(self.wait, now), now)
