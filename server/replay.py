@@ -41,10 +41,25 @@ class ReplayOutcome:
         return not self.mismatches
 
 
+def _summary_format(results_dir: str) -> str:
+    """The evaluation's format, as its summary.json names it (Flatland's before formats existed)."""
+    try:
+        with open(os.path.join(results_dir, "summary.json"), encoding="utf-8") as handle:
+            return str(json.load(handle).get("format") or "flatland")
+    except (OSError, ValueError, AttributeError):
+        return "flatland"
+
+
 def load_replay(results_dir: str, index: int) -> tuple[dict[str, Any], dict[str, Any]]:
     """The recorded actions of episode ``index`` and its record; clear errors for what is missing."""
     if not os.path.isdir(results_dir):
         raise ConfigError(f"results folder {results_dir!r} does not exist")
+    format_name = _summary_format(results_dir)
+    if format_name != "flatland":
+        raise ConfigError(
+            f"{results_dir} is a {format_name} evaluation: replays exist for the flatland format only "
+            "(its env is rebuilt from the test folder and the recorded actions)"
+        )
     path = replay_file(results_dir, index)
     if not os.path.isfile(path):
         replays = os.path.join(results_dir, REPLAYS_DIR)

@@ -19,7 +19,7 @@ from arbiter.client import RemoteClient
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli import build_parser, resolve_spec
 from arbiter.server.competition import spec_from_dict
-from arbiter.server.replay import replay_to_gif
+from arbiter.server.replay import load_replay, replay_to_gif
 
 REPLAY = [sys.executable, "-m", "arbiter.server.cli", "replay"]
 
@@ -119,3 +119,9 @@ def test_record_episodes_in_the_competition_spec_and_on_the_command_line():
             spec_from_dict("c", {"record_episodes": bad})
     assert resolve_spec(build_parser().parse_args(["serve", "--record", "5"])).record_episodes == 5
     assert resolve_spec(build_parser().parse_args(["serve"])).record_episodes == 0
+
+
+def test_a_replay_of_another_formats_evaluation_says_replays_are_flatlands(tmp_path):
+    (tmp_path / "summary.json").write_text('{"format": "two-phase", "state": "SUCCESS"}', encoding="utf-8")
+    with pytest.raises(ConfigError, match="two-phase evaluation: replays exist for the flatland format only"):
+        load_replay(str(tmp_path), 0)
