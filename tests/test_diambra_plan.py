@@ -365,5 +365,6 @@ def test_report_sections_draw_the_curves_the_point_the_reward_and_the_settings()
     for record in records:  # each episode's point sits at its own score, on its curve
         assert f'data-value="{own_score(record)[1]:.6g}"' in html
     assert 'data-chart="diambra-reward-0"' in html and 'data-chart="diambra-reward-1"' in html
-    assert "step budget ran out" in html and "super_art" in html
+    assert "step budget ran out" in html and "super_art" in html  # sfiii3n's own key
+    assert "tower" not in html and "fighting_style" not in html  # other games' keys are left out
     assert html.count("<section>") == 4

@@ -16,6 +16,7 @@ from ...report_charts import fmt_score, number, section
 from ...svg import Series, linear_axis, xy_chart
 from .games import DIFFICULTIES, GAMES
 from .scoring import rescore, weighted_score
+from .settings import GAME_SPECIFIC
 
 CURVE_POINTS = 64
 UNSET = "unset: drawn at each reset"
@@ -167,9 +168,13 @@ def _reward_over_time(records: list[dict[str, Any]]) -> str:
 def _settings(records: list[dict[str, Any]]) -> str:
     first = records[0]
     settings = dict(first.get("settings") or {})
+    game = GAMES.get(str(first.get("game")))
+    applies = dict(game.specific) if game is not None else {}
+    # A game-specific key of another game is left out: "drawn at each reset" would not be true.
+    shown = {k: v for k, v in settings.items() if not (k in GAME_SPECIFIC and k not in applies and v is None)}
     rows = "".join(
         f"<tr><td>{escape(str(key))}</td><td>{escape(UNSET if value is None else str(value))}</td></tr>"
-        for key, value in settings.items()
+        for key, value in shown.items()
     )
     drawn = "".join(
         f"<tr><td>episode {escape(str(r.get('episode')))}</td><td>{escape(_drawn_text(r.get('drawn') or {}))}</td></tr>"

@@ -25,7 +25,7 @@ from .games import DIFFICULTIES, GAMES, Game
 MAX_FRAME_SIDE = 512  # the engine resizes frames up to this side (diambra-arena's MAX_FRAME_RES)
 ROLES = ("P1", "P2")
 ACTION_SPACES = ("multi_discrete", "discrete")
-_GAME_SPECIFIC = ("super_art", "fighting_style", "ultimate_style", "speed_mode", "tower")
+GAME_SPECIFIC = ("super_art", "fighting_style", "ultimate_style", "speed_mode", "tower")
 
 
 @dataclass(frozen=True)
@@ -129,7 +129,7 @@ class DiambraSettings:
 
     def _check_game_specific(self, game: Game) -> None:
         allowed = dict(game.specific)
-        for key in _GAME_SPECIFIC:
+        for key in GAME_SPECIFIC:
             value = getattr(self, key)
             if value is None:
                 continue
