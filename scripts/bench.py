@@ -44,23 +44,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import signal
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import EVAL_SEED, PATHS, TESTSET_SEED, BenchError, ordered_env_paths
-from bench_procs import Processes, subset_test_set
+from bench_common import EVAL_SEED, PATHS, TESTSET_SEED, ordered_env_paths
+from bench_procs import BenchSession, run_with_sigterm_as_interrupt, subset_test_set
 from bench_report import paths_report, print_table, scale_report
 from bench_runs import Bench
 from bench_workers import WORKERS
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
     from arbiter.server.testsets import cached_test_set
 
     began = time.monotonic()
@@ -79,12 +75,9 @@ def run_benchmark(args: argparse.Namespace) -> int:
     memory_every = 100 if memory_episodes >= 200 else max(1, memory_episodes // 5)
 
     full_set = cached_test_set(args.preset, TESTSET_SEED, cache_dir=args.cache_dir)
-    workdir = Path(tempfile.mkdtemp(prefix="arbiter-bench-"))
-    procs = Processes(workdir)
-    redis_server = EmbeddedRedis(port=free_port())
-    failure: str | None = None
-    report: dict[str, Any] = {}
-    try:
+    with BenchSession("arbiter-bench-", keep=args.keep) as session:
+        workdir, procs, redis_server = session.workdir, session.procs, session.redis
+        report: dict[str, Any] = {}
         tests = full_set
         if envs and envs < len(ordered_env_paths(str(full_set))):
             tests = subset_test_set(full_set, workdir / f"tests-first{envs}", envs)
@@ -144,20 +137,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
             single = runs["arbiter"][0]
             scale = bench.run_scale(tests, concurrent, single["score"])
             report["scale"] = scale_report(scale, reference, single, report["paths"]["arbiter"]["steps_per_s"])
-    except BenchError as exc:
-        failure = str(exc)
-    except KeyboardInterrupt:
-        failure = "interrupted"
-    finally:
-        procs.stop_all()
-        redis_server.stop()
-        if args.keep:
-            print(f"bench: work folder kept: {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
 
-    if failure is not None:
-        print(f"bench: FAILED: {failure}", file=sys.stderr)
+    if session.failed():
         return 2
     report["total_s"] = time.monotonic() - began
     report["json_path"] = args.json
@@ -225,11 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: --rounds must be at least 1", file=sys.stderr)
         return 2
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    return run_benchmark(args)
+    return run_with_sigterm_as_interrupt(run_benchmark, args)
 
 
 if __name__ == "__main__":

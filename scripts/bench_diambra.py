@@ -37,18 +37,22 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import bench_profile
 from bench_common import BenchError, arbiter_rev, emit, machine_basics
-from bench_procs import Processes, brpop_clients, new_service_id, wait_until_listening
+from bench_procs import (
+    BenchSession,
+    Processes,
+    brpop_clients,
+    new_service_id,
+    run_with_sigterm_as_interrupt,
+    wait_until_listening,
+)
 
 HERE = Path(__file__).resolve()
 SHAPES = {"native": [0, 0, 0], "128x128 colour": [128, 128, 0], "128x128 gray": [128, 128, 1]}
@@ -286,18 +290,14 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
 
     began = time.monotonic()
     wanted = args.shapes.split(",") if args.shapes else [""]
     shapes = [shape for shape in SHAPES if any(word.strip() in shape for word in wanted)]
-    workdir = Path(tempfile.mkdtemp(prefix="arbiter-bench-diambra-"))
-    procs = Processes(workdir, script=HERE)
-    redis_server = EmbeddedRedis(port=free_port())
-    runs: dict[str, dict[str, list[dict[str, Any]]]] = {shape: {path: [] for path in PATHS} for shape in shapes}
-    profiles: dict[str, Any] = {}
-    failure = None
-    try:
+    with BenchSession("arbiter-bench-diambra-", script=HERE, keep=False) as session:
+        workdir, procs, redis_server = session.workdir, session.procs, session.redis
+        runs: dict[str, dict[str, list[dict[str, Any]]]] = {shape: {path: [] for path in PATHS} for shape in shapes}
+        profiles: dict[str, Any] = {}
         redis_server.start()
         bench = Bench(args, workdir, procs, redis_server.url)
         for shape in shapes:
@@ -318,16 +318,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                     "agent": bench_profile.rank(folder / f"agent-{label}.txt"),
                     "server": bench_profile.rank(folder / f"server-{label}.txt"),
                 }
-    except BenchError as exc:
-        failure = str(exc)
-    except KeyboardInterrupt:
-        failure = "interrupted"
-    finally:
-        procs.stop_all()
-        redis_server.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
-    if failure is not None:
-        print(f"bench: FAILED: {failure}", file=sys.stderr)
+    if session.failed():
         return 2
     mismatches = [line for shape in shapes for line in check(shape, runs[shape])]
     report = {
@@ -383,11 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench: --profile needs py-spy (pip install py-spy)", file=sys.stderr)
         return 2
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    return run_benchmark(args)
+    return run_with_sigterm_as_interrupt(run_benchmark, args)
 
 
 if __name__ == "__main__":

@@ -37,16 +37,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import REPO, BenchError, arbiter_rev, emit, machine_basics, percentile
-from bench_procs import Processes, brpop_clients, new_service_id, wait_until_listening
+from bench_common import REPO, arbiter_rev, emit, machine_basics, percentile
+from bench_procs import (
+    BenchSession,
+    Processes,
+    brpop_clients,
+    new_service_id,
+    wait_until_listening,
+)
 
 HERE = Path(__file__).resolve()
 AGENTS_DIR = REPO / "examples" / "metalc_agent"
@@ -239,26 +243,22 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
     from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta_dataset
 
     began = time.monotonic()
     if args.quick:
         args.rounds, args.warmup = 1, 0
-    workdir = Path(tempfile.mkdtemp(prefix="arbiter-bench-metalc-"))
-    tests_label = args.tests
-    if args.tests is not None:
-        args.tests = str(Path(args.tests).resolve())  # the workers run in the work folder
-    if args.tests is None:
-        size = QUICK_SIZE if args.quick else ROUND1_SIZE
-        args.tests = str(workdir / "meta-dataset")
-        write_meta_dataset(args.tests, GeneratorSettings(seed=args.seed, **size))
-        tests_label = f"synthetic ({size['datasets']} datasets, {size['algorithms']} algorithms, seed {args.seed})"
-    procs = Processes(workdir, script=HERE)
-    redis_server = EmbeddedRedis(port=free_port())
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
-    failure = None
-    try:
+    with BenchSession("arbiter-bench-metalc-", script=HERE, keep=args.keep) as session:
+        workdir, procs, redis_server = session.workdir, session.procs, session.redis
+        tests_label = args.tests
+        if args.tests is not None:
+            args.tests = str(Path(args.tests).resolve())  # the workers run in the work folder
+        if args.tests is None:
+            size = QUICK_SIZE if args.quick else ROUND1_SIZE
+            args.tests = str(workdir / "meta-dataset")
+            write_meta_dataset(args.tests, GeneratorSettings(seed=args.seed, **size))
+            tests_label = f"synthetic ({size['datasets']} datasets, {size['algorithms']} algorithms, seed {args.seed})"
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
         redis_server.start()
         bench = MetaLCBench(args, workdir, procs, redis_server.url)
         for round_ in range(1 - args.warmup, args.rounds + 1):
@@ -270,19 +270,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
                 counted = "" if round_ > 0 else " (not counted)"
                 name = f"round {round_}" if round_ > 0 else "warm-up"
                 print(f"bench: {name} {path:<9} {result['wall_s'] * 1e3:8.1f} ms{counted}", flush=True)
-    except BenchError as exc:
-        failure = str(exc)
-    except KeyboardInterrupt:
-        failure = "interrupted"
-    finally:
-        procs.stop_all()
-        redis_server.stop()
-        if args.keep:
-            print(f"bench: work folder kept: {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    if failure is not None:
-        print(f"bench: FAILED: {failure}", file=sys.stderr)
+    if session.failed():
         return 2
     mismatches = check_runs(runs)
     summary = summarise(runs)

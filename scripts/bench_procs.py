@@ -11,6 +11,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -177,3 +178,50 @@ def replicated_test_set(source: Path, out: Path, count: int) -> Path:
 
 def new_service_id(label: str) -> str:
     return f"bench-{label}-{uuid.uuid4().hex[:8]}"
+
+
+class BenchSession:
+    """One benchmark's work folder, processes and redis-server (on a free loopback port), as a
+    context: everything is stopped and the folder removed (kept with ``keep``) however it ends. A
+    ``BenchError`` or an interrupt ends the ``with`` block and is kept in ``failure``."""
+
+    def __init__(self, prefix: str, *, script: Path | None = None, keep: bool = False):
+        from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+
+        self.workdir = Path(tempfile.mkdtemp(prefix=prefix))
+        self.procs = Processes(self.workdir, script=script) if script is not None else Processes(self.workdir)
+        self.redis = EmbeddedRedis(port=free_port())
+        self.keep = keep
+        self.failure: str | None = None
+
+    def __enter__(self) -> BenchSession:
+        return self
+
+    def __exit__(self, kind: Any, exc: Any, traceback: Any) -> bool:
+        if isinstance(exc, BenchError):
+            self.failure = str(exc)
+        elif isinstance(exc, KeyboardInterrupt):
+            self.failure = "interrupted"
+        self.procs.stop_all()
+        self.redis.stop()
+        if self.keep:
+            print(f"bench: work folder kept: {self.workdir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.workdir, ignore_errors=True)
+        return self.failure is not None
+
+    def failed(self) -> bool:
+        """Say so when the benchmark failed; the caller then exits 2."""
+        if self.failure is not None:
+            print(f"bench: FAILED: {self.failure}", file=sys.stderr)
+        return self.failure is not None
+
+
+def run_with_sigterm_as_interrupt(run: Any, args: Any) -> int:
+    """``run(args)``, a SIGTERM ending it like Ctrl-C: the session stops what it started."""
+
+    def on_term(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    return run(args)

@@ -31,18 +31,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import shutil
-import signal
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import bench_profile
-from bench_common import BenchError, arbiter_rev, machine_basics, percentile
-from bench_procs import Processes, brpop_clients, new_service_id, wait_until_listening
+from bench_common import arbiter_rev, machine_basics, percentile
+from bench_procs import (
+    BenchSession,
+    Processes,
+    brpop_clients,
+    new_service_id,
+    run_with_sigterm_as_interrupt,
+    wait_until_listening,
+)
 from bench_remote_workers import WORKERS
 
 HERE = Path(__file__).resolve()
@@ -255,19 +259,14 @@ def print_table(report: dict[str, Any]) -> None:
 def run_benchmark(args: argparse.Namespace) -> int:
     from importlib.metadata import version
 
-    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
-
     began = time.monotonic()
     if args.quick:
         args.rounds, args.warmup, args.steps = 1, 0, 1000
     machine = {**machine_basics(), "gymnasium": version("gymnasium"), "arbiter_rev": arbiter_rev()}
-    workdir = Path(tempfile.mkdtemp(prefix="arbiter-bench-remote-"))
-    procs = Processes(workdir, script=HERE)
-    redis_server = EmbeddedRedis(port=free_port())
-    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
-    profile = None
-    failure = None
-    try:
+    with BenchSession("arbiter-bench-remote-", script=HERE, keep=args.keep) as session:
+        workdir, procs, redis_server = session.workdir, session.procs, session.redis
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
+        profile = None
         redis_server.start()
         bench = RemoteEnvBench(args, workdir, procs, redis_server.url)
         for round_ in range(1 - args.warmup, args.rounds + 1):
@@ -285,19 +284,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         if args.profile:
             print(f"bench: profiling one more remote run under py-spy into {args.profile}", flush=True)
             profile = bench.profile(Path(args.profile))
-    except BenchError as exc:
-        failure = str(exc)
-    except KeyboardInterrupt:
-        failure = "interrupted"
-    finally:
-        procs.stop_all()
-        redis_server.stop()
-        if args.keep:
-            print(f"bench: work folder kept: {workdir}", file=sys.stderr)
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
-    if failure is not None:
-        print(f"bench: FAILED: {failure}", file=sys.stderr)
+    if session.failed():
         return 2
 
     mismatches = check_runs(runs, args.steps)
@@ -372,11 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench: --steps must be at least {MIN_STEPS} (the goal must stay reachable)", file=sys.stderr)
         return 2
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
-    return run_benchmark(args)
+    return run_with_sigterm_as_interrupt(run_benchmark, args)
 
 
 if __name__ == "__main__":
