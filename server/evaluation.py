@@ -389,15 +389,7 @@ class Evaluation(Endings):
         return self.rule.primary(self.records)
 
     def submit_payload(self) -> dict[str, Any]:
-        """The format's own submit figures (Flatland's four, for legacy clients), plus arbiter's
-        full scores."""
-        scores = self.scores()
-        return {
-            **self.plan.submit_fields(self.records),
-            "score": scores["primary"] if scores else None,
-            "score_secondary": scores["secondary"] if scores else None,
-            EXTENSION_KEY: {"state": self.state.value, "debug": self.debug, "scores": scores},
-        }
+        return evaluation_summary.submit_payload(self)
 
     def summary(self) -> dict[str, Any]:
         return evaluation_summary.summary(self)

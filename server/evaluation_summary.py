@@ -7,6 +7,8 @@ import math
 import platform
 from typing import Any
 
+from arbiter.protocol.messages import EXTENSION_KEY
+
 # Fields the core adds to every record; a format's own fields of the same name win.
 CORE_FIELDS = (
     "timed_out",
@@ -160,4 +162,16 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "client_version": evaluation.client_version,
         "started_at": evaluation.started_wall,
         "versions": versions(getattr(plan, "packages", ())),
+    }
+
+
+def submit_payload(evaluation: Any) -> dict[str, Any]:
+    """The ENV_SUBMIT reply: the format's own submit figures (Flatland's four, for legacy
+    clients), plus arbiter's full scores."""
+    scores = evaluation.scores()
+    return {
+        **evaluation.plan.submit_fields(evaluation.records),
+        "score": scores["primary"] if scores else None,
+        "score_secondary": scores["secondary"] if scores else None,
+        EXTENSION_KEY: {"state": evaluation.state.value, "debug": evaluation.debug, "scores": scores},
     }
