@@ -31,7 +31,8 @@ setup(
     install_requires=[
         "flatland-rl==4.3.0",
         # hiredis: redis-py's C protocol parser and packer, about a third of a step's wire cost.
-        "redis[hiredis]>=5",
+        # 5.3: a pool hands out a connection without a command name (protocol/redis_conn.py).
+        "redis[hiredis]>=5.3",
         "msgpack>=1.0",
         "numpy",
         "timeout-decorator",

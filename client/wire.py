@@ -30,7 +30,7 @@ from arbiter.protocol.errors import (
     error_from_payload,
 )
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
-from arbiter.protocol.redis_conn import connect, redacted
+from arbiter.protocol.redis_conn import Packets, connect, redacted
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,12 @@ class Wire:
         self.resend_after_s = resend_after_s
         self.session = uuid.uuid4().hex  # binds the evaluation to this client
         self._seq = 0
+        # Reply lists are named by a random prefix and a counter: unique like a fresh uuid each
+        # (no list is ever named twice), for a fraction of its cost on every request.
+        self._channel_prefix = uuid.uuid4().hex[:24]
+        self._channels = 0
         self.redis = connect(self.redis_url, socket_timeout_s=self.reply_timeout_s + 10.0)
+        self.packets = Packets(self.redis)  # a request and the wait for its reply
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
@@ -212,12 +217,9 @@ class Wire:
         queued). Only for requests that may be resent: after a connection error it is unknown
         whether the LPUSH landed, and the retry pushes it again. ``take_error``: RPOP the errors
         list first, in the same packet."""
-        pipe = self.redis.pipeline(transaction=False)
-        if take_error:
-            pipe.rpop(self.errors_key)
-        pipe.lpush(self.commands_key, message)
-        pipe.blpop([channel], timeout=block_s)
-        results = pipe.execute()
+        commands: list[tuple[Any, ...]] = [("RPOP", self.errors_key)] if take_error else []
+        commands += [("LPUSH", self.commands_key, message), ("BLPOP", channel, block_s)]
+        results = self.packets.run(commands)
         if take_error:
             self._folded_error = results[0]
         return results[-1]
@@ -232,7 +234,8 @@ class Wire:
         return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
 
     def _new_channel(self) -> str:
-        return keys.response_key(self.service_id, uuid.uuid4().hex)
+        self._channels += 1
+        return keys.response_key(self.service_id, f"{self._channel_prefix}{self._channels % 2**32:08x}")
 
     def _raise_pending_timeout(self, error: bytes | None) -> None:
         """Raise what the evaluator posted on the errors list, if anything (None: nothing)."""
@@ -265,4 +268,5 @@ class Wire:
                 pause_s = min(pause_s * 2, 1.0)
 
     def close(self) -> None:
+        self.packets.close()
         self.redis.close()

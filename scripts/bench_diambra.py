@@ -13,8 +13,9 @@ steps, then ``--steps`` timed steps, resetting at each episode's end with the ev
   inprocess  ``DiambraEnv``: the same env with arbiter's action check, observation conversion and
              private random generators, i.e. what the evaluator steps, in the agent's process;
   remote     ``arbiter.client.RemoteEnv`` against ``arbiter serve --competition diambra`` (a process
-             of its own) over a redis-server this script starts on a free loopback port: every
-             step's reply carries DIAMBRA's observation (frame and RAM states).
+             of its own) over a redis-server this script starts (its unix socket, as ``arbiter
+             run``; ``--tcp``: a free loopback port): every step's reply carries DIAMBRA's
+             observation (frame and RAM states).
 
 Every run is a process of its own; the paths alternate within a round. Reported per shape: steps
 per second (median over rounds), the remote/in-process ratio (median of the per-round ratios;
@@ -51,6 +52,7 @@ from bench_procs import (
     brpop_clients,
     new_service_id,
     run_with_sigterm_as_interrupt,
+    transport_label,
     wait_until_listening,
 )
 
@@ -254,7 +256,8 @@ def print_table(report: dict[str, Any]) -> None:
     print(
         f"DIAMBRA benchmark — {cfg['game']} ({cfg['difficulty']}) on diambra-arena's engine mock, {cfg['steps']} "
         f"timed steps after {cfg['warmup']} per run, {cfg['rounds']} round(s); {machine['cpus']} CPUs, Python "
-        f"{machine['python']}, arbiter {machine['arbiter_rev']}; load average at start {machine['loadavg_start']}"
+        f"{machine['python']}, arbiter {machine['arbiter_rev']}; load average at start {machine['loadavg_start']}; "
+        f"{cfg['transport']}"
     )
     header = (
         f"{'shape':<15} {'frame':>11} {'raw/s':>7} {'in-proc/s':>9} {'remote/s':>9} {'remote÷in':>9} "
@@ -299,7 +302,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         runs: dict[str, dict[str, list[dict[str, Any]]]] = {shape: {path: [] for path in PATHS} for shape in shapes}
         profiles: dict[str, Any] = {}
         redis_server.start()
-        bench = Bench(args, workdir, procs, redis_server.url)
+        bench = Bench(args, workdir, procs, session.redis_url(args.tcp))
         for shape in shapes:
             for round_ in range(1, args.rounds + 1):
                 order = PATHS if round_ % 2 else tuple(reversed(PATHS))
@@ -323,6 +326,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     mismatches = [line for shape in shapes for line in check(shape, runs[shape])]
     report = {
         "config": {
+            "transport": transport_label(args.tcp),
             "game": args.game,
             "difficulty": DIFFICULTY,
             "seed": SEED,
@@ -356,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--shapes", help=f"only the shapes of {list(SHAPES)} named (or partly named) in this comma-separated list"
     )
+    parser.add_argument("--tcp", action="store_true", help="loopback TCP, not the unix socket arbiter run uses")
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--profile", metavar="DIR", help="then one remote run per shape under py-spy: rankings")
     parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")

@@ -12,7 +12,7 @@ development phase of one meta-dataset two ways:
              challenge's ingestion program ran them: folds, meta-training data, episodes;
   arbiter    ``arbiter serve --competition metalc-wcci2022`` and the runner
              ``arbiter.client.metalc`` in another process, over a redis-server this script starts
-             on a free loopback port.
+             (its unix socket, as ``arbiter run``; ``--tcp``: a free loopback port).
 
 The meta-dataset is ``--tests DIR`` (such as the round-1 ``input_data/``), else a synthetic one of
 round 1's size (30 datasets, 20 algorithms) written by arbiter's generator. Each path runs in a
@@ -49,6 +49,7 @@ from bench_procs import (
     Processes,
     brpop_clients,
     new_service_id,
+    transport_label,
     wait_until_listening,
 )
 
@@ -220,7 +221,7 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"MetaLC benchmark — development phase, {s['datasets']} datasets, {s['suggests']} suggestions, agent "
           f"{cfg['agent_module']}, meta-dataset {cfg['tests_label']}; {cfg['rounds']} round(s) after "
           f"{cfg['warmup_rounds']} warm-up; {report['machine']['cpus']} CPUs, Python {report['machine']['python']}, "
-          f"arbiter {report['machine']['arbiter_rev']}")  # fmt: skip
+          f"arbiter {report['machine']['arbiter_rev']}; {cfg['transport']}")  # fmt: skip
     for path in PATHS:
         wall = s["wall_s"][path]
         print(f"{path:<10} wall {wall['median'] * 1e3:8.1f} ms  [{wall['min'] * 1e3:.1f}–{wall['max'] * 1e3:.1f}]")
@@ -260,7 +261,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             tests_label = f"synthetic ({size['datasets']} datasets, {size['algorithms']} algorithms, seed {args.seed})"
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
         redis_server.start()
-        bench = MetaLCBench(args, workdir, procs, redis_server.url)
+        bench = MetaLCBench(args, workdir, procs, session.redis_url(args.tcp))
         for round_ in range(1 - args.warmup, args.rounds + 1):
             label = f"r{round_}" if round_ > 0 else f"warmup{round_ + args.warmup}"
             for path in PATHS if round_ % 2 else tuple(reversed(PATHS)):
@@ -276,6 +277,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     summary = summarise(runs)
     report = {
         "config": {
+            "transport": transport_label(args.tcp),
             "preset": PRESET,
             "phase": "dev",
             "agent_module": args.agent_module,
@@ -312,6 +314,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rounds", type=int, default=5, help="rounds of (inprocess, arbiter) (default 5)")
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1; --quick: 0)")
     parser.add_argument("--quick", action="store_true", help="1 round, no warm-up, a 12-dataset synthetic set")
+    parser.add_argument("--tcp", action="store_true", help="loopback TCP, not the unix socket arbiter run uses")
     parser.add_argument("--json", metavar="PATH", help="write the raw results here")
     parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")

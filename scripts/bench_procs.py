@@ -176,12 +176,18 @@ def replicated_test_set(source: Path, out: Path, count: int) -> Path:
     return out
 
 
+def transport_label(tcp: bool) -> str:
+    """How a benchmark's sides meet (``BenchSession.redis_url``), for its table's heading."""
+    return "Redis over loopback TCP" if tcp else "Redis over its unix socket, as arbiter run"
+
+
 def new_service_id(label: str) -> str:
     return f"bench-{label}-{uuid.uuid4().hex[:8]}"
 
 
 class BenchSession:
-    """One benchmark's work folder, processes and redis-server (on a free loopback port), as a
+    """One benchmark's work folder, processes and redis-server (on a free loopback port and a unix
+    socket), as a
     context: everything is stopped and the folder removed (kept with ``keep``) however it ends. A
     ``BenchError`` or an interrupt ends the ``with`` block and is kept in ``failure``."""
 
@@ -209,6 +215,11 @@ class BenchSession:
         else:
             shutil.rmtree(self.workdir, ignore_errors=True)
         return self.failure is not None
+
+    def redis_url(self, tcp: bool) -> str:
+        """Where the benchmarked sides meet: the unix socket, as ``arbiter run`` connects them,
+        or (``tcp``) loopback TCP, as containers that share a Redis do."""
+        return self.redis.url if tcp else self.redis.local_url
 
     def failed(self) -> bool:
         """Say so when the benchmark failed; the caller then exits 2."""

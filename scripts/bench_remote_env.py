@@ -12,7 +12,9 @@ env steps three ways, with the same seeded episodes:
              and shared memory, the closest peer with no network hop;
   remote     ``arbiter.client.RemoteEnv`` against ``arbiter serve`` (the two-phase format's
              CartPole preset, phase 2, one training run of ``--steps`` steps) over a
-             redis-server this script starts on a free loopback port.
+             redis-server this script starts: through its unix socket, as ``arbiter run``
+             connects an agent, or with ``--tcp`` on a free loopback port, as containers that
+             share a Redis meet.
 
 Every path runs in a subprocess of its own (``--worker MODE``) that builds its env first and then
 measures: wall time from the first reset to the last step, and every step and reset call. The
@@ -45,6 +47,7 @@ from bench_procs import (
     brpop_clients,
     new_service_id,
     run_with_sigterm_as_interrupt,
+    transport_label,
     wait_until_listening,
 )
 from bench_remote_workers import WORKERS
@@ -210,7 +213,8 @@ def print_table(report: dict[str, Any]) -> None:
         f"RemoteEnv benchmark — {cfg['env_id']}, {cfg['steps']} steps per path and round ({len(episodes)} episodes, "
         f"{min(e['steps'] for e in episodes)}–{max(e['steps'] for e in episodes)} steps); {cfg['rounds']} round(s) "
         f"after {cfg['warmup_rounds']} warm-up; {mach['cpus']} CPUs, Python {mach['python']}, gymnasium "
-        f"{mach['gymnasium']}, arbiter {mach['arbiter_rev']}; load average at start {mach['loadavg_start']}"
+        f"{mach['gymnasium']}, arbiter {mach['arbiter_rev']}; load average at start {mach['loadavg_start']}; "
+        f"{cfg['transport']}"
     )
     header = (
         f"{'path':<10} {'steps/s: median [min–max]':<28} {'step µs p50':>11} {'p99':>8} {'mean':>8} "
@@ -268,7 +272,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
         profile = None
         redis_server.start()
-        bench = RemoteEnvBench(args, workdir, procs, redis_server.url)
+        bench = RemoteEnvBench(args, workdir, procs, session.redis_url(args.tcp))
         for round_ in range(1 - args.warmup, args.rounds + 1):
             label = f"r{round_}" if round_ > 0 else f"warmup{round_ + args.warmup}"
             order = PATHS if round_ % 2 else ("inprocess", "remote", "async1")
@@ -290,6 +294,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     mismatches = check_runs(runs, args.steps)
     report = {
         "config": {
+            "transport": transport_label(args.tcp),
             "env_id": ENV_ID,
             "preset": PRESET,
             "seed": SEED,
@@ -331,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1; --quick: 0)")
     parser.add_argument("--steps", type=int, default=20_000, help="env steps per path and round (default 20000)")
     parser.add_argument("--quick", action="store_true", help="1 round, no warm-up, 1000 steps")
+    parser.add_argument("--tcp", action="store_true", help="loopback TCP, not the unix socket arbiter run uses")
     parser.add_argument("--json", metavar="PATH", help="write the raw results here")
     parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")

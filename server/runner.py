@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from .competition import CompetitionSpec
-from .embedded_redis import EmbeddedRedis
+from .embedded_redis import HOST, EmbeddedRedis
 from .evaluation import State
 from .evaluator import run_to_end, start_service
 from .progress import Progress
@@ -44,12 +44,16 @@ class RunOutcome:
     exit_code: int
 
 
-def agent_environment(redis_url: str, service_id: str, tests: str | None) -> dict[str, str]:
-    """What the agent needs to connect: arbiter's variables and flatland's legacy ones."""
+def agent_environment(
+    redis_url: str, service_id: str, tests: str | None, legacy_host: str | None = None
+) -> dict[str, str]:
+    """What the agent needs to connect: arbiter's variables and flatland's legacy ones
+    (``legacy_host``: the TCP host for flatland's client, which knows no unix sockets; by
+    default the URL's own host)."""
     env = dict(os.environ)
     env["ARBITER_REDIS_URL"] = redis_url
     env["AICROWD_SUBMISSION_ID"] = service_id
-    env["redis_ip"] = urlparse(redis_url).hostname or "127.0.0.1"
+    env["redis_ip"] = legacy_host or urlparse(redis_url).hostname or "127.0.0.1"
     if tests is not None:
         env["AICROWD_TESTS_FOLDER"] = os.path.abspath(tests)
     return env
@@ -136,17 +140,20 @@ def run_local(
 ) -> RunOutcome:
     embedded: EmbeddedRedis | None = None
     agent: AgentProcess | None = None
+    legacy_host = None
     try:
         if redis_url is None:
             embedded = EmbeddedRedis()
             embedded.start()
-            redis_url = embedded.url
+            # arbiter's own sides speak over the unix socket; flatland's client over TCP
+            redis_url = embedded.local_url
+            legacy_host = HOST
             if embedded.port != 6379:
                 progress.note(
                     f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
                     "flatland's FlatlandRemoteClient with its default port will not reach it"
                 )
-        agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests))
+        agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests, legacy_host))
         service = start_service(
             spec,
             tests=tests,

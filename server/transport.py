@@ -27,7 +27,7 @@ import redis
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError
-from arbiter.protocol.redis_conn import connect, redacted
+from arbiter.protocol.redis_conn import Packets, connect, redacted
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +73,7 @@ class RedisTransport:
 
     def __init__(self, redis_url: str, service_id: str, outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S):
         self.redis = connect(redis_url, socket_timeout_s=MAX_BLOCK_S + 10.0)
+        self.packets = Packets(self.redis)  # the waits for commands and the replies that ride with them
         self.redis_url = redis_url
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
@@ -211,21 +212,17 @@ class RedisTransport:
 
         Redis runs a blocked client's next command only once the block ends, so the RPOP sent
         in the same packet takes the commands that were queued when the BRPOP returned."""
-        pipe = self.redis.pipeline(transaction=False)
-        sent = self._queue_replies(pipe)
-        pipe.brpop([self.commands_key], timeout=round(block_s, 3))
-        pipe.rpop(self.commands_key, POP_BATCH - 1)
-        found, rest = pipe.execute()[sent:]
+        commands = self._reply_commands()
+        commands += [("BRPOP", self.commands_key, round(block_s, 3)), ("RPOP", self.commands_key, POP_BATCH - 1)]
+        found, rest = self.packets.run(commands)[-2:]
         self._replies.clear()
         taken = [found[1]] if found is not None else []
         taken.extend(rest or ())
         return taken
 
     def _take_nowait(self) -> list[bytes]:
-        pipe = self.redis.pipeline(transaction=False)
-        sent = self._queue_replies(pipe)
-        pipe.rpop(self.commands_key, POP_BATCH)
-        taken = pipe.execute()[sent]
+        commands = self._reply_commands() + [("RPOP", self.commands_key, POP_BATCH)]
+        taken = self.packets.run(commands)[-1]
         self._replies.clear()
         return taken or []
 
@@ -245,20 +242,18 @@ class RedisTransport:
         alone). Every path out of the service loop's turn makes a Redis call or flushes."""
         self._replies.append((channel, message))
 
-    def _queue_replies(self, pipe: Any) -> int:
+    def _reply_commands(self) -> list[tuple[Any, ...]]:
+        commands: list[tuple[Any, ...]] = []
         for channel, message in self._replies:
-            pipe.rpush(channel, message)
-            pipe.expire(channel, REPLY_TTL_S)
-        return 2 * len(self._replies)
+            commands += [("RPUSH", channel, message), ("EXPIRE", channel, REPLY_TTL_S)]
+        return commands
 
     def flush(self) -> None:
         if not self._replies:
             return
 
         def send() -> None:
-            pipe = self.redis.pipeline(transaction=False)
-            self._queue_replies(pipe)
-            pipe.execute()
+            self.packets.run(self._reply_commands())
             self._replies.clear()
 
         self._call(send)
@@ -269,9 +264,7 @@ class RedisTransport:
         if not self._replies or self.stop_requested:  # a stop is obeyed at once, whatever is pending
             return
         try:
-            pipe = self.redis.pipeline(transaction=False)
-            self._queue_replies(pipe)
-            pipe.execute()
+            self.packets.run(self._reply_commands())
         except (StopRequested, redis.RedisError) as exc:
             log.warning("the last reply could not be sent: %s", exc)
         self._replies.clear()
@@ -282,4 +275,5 @@ class RedisTransport:
 
     def close(self) -> None:
         self.flush_last()
+        self.packets.close()
         self.redis.close()

@@ -85,6 +85,42 @@ def test_password_is_required_and_quoted_in_the_url():
                 wrong.ping()
 
 
+def test_local_url_is_a_unix_socket_only_this_user_opens(redis_server):
+    path = redis_server.unix_socket
+    assert path is not None and path.parent == redis_server.log_file.parent
+    assert redis_server.local_url == f"unix://{path}?db=0"
+    assert stat.S_ISSOCK(path.stat().st_mode)
+    assert stat.S_IMODE(path.stat().st_mode) == 0o700  # no other user of the machine connects
+    with client(redis_server.local_url) as conn:
+        assert conn.ping()
+        # the same server as the TCP URL's, not another one
+        assert conn.info("server")["process_id"] == redis_server.pid
+
+
+def test_local_url_carries_the_password():
+    with EmbeddedRedis(port=free_port(), password="p@ss/word") as server:
+        assert server.local_url == f"unix://:p%40ss%2Fword@{server.unix_socket}?db=0"
+        with client(server.local_url) as conn:
+            assert conn.ping()
+        with client(f"unix://{server.unix_socket}?db=0") as anonymous:
+            with pytest.raises(redis.AuthenticationError):
+                anonymous.ping()
+
+
+def test_a_temporary_folder_too_long_for_a_socket_falls_back_to_tcp(tmp_path, monkeypatch):
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(embedded_redis.tempfile, "tempdir", None)  # tempfile caches the folder it picked
+    with EmbeddedRedis(port=free_port()) as server:
+        assert str(server.log_file).startswith(str(deep))
+        assert server.unix_socket is None
+        assert server.local_url == server.url
+        with client(server.local_url) as conn:
+            assert conn.ping()
+    assert server.unix_socket is None and server.local_url == server.url
+
+
 def test_a_busy_port_is_a_clear_error(redis_server):
     with pytest.raises(EmbeddedRedisError, match=rf"port {redis_server.port} .*already in use"):
         EmbeddedRedis(port=redis_server.port).start()

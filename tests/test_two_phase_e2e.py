@@ -7,8 +7,10 @@ the format's code; seeds are checked against the derivation the plan documents."
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import gymnasium
@@ -322,3 +324,25 @@ def test_run_and_serve_take_set_and_phase(tmp_path):
         capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert bad.returncode != 0 and "phase2.goal_reward must be float" in bad.stderr
+
+
+def test_run_connects_the_agent_over_the_embedded_redis_unix_socket_and_flatland_clients_over_tcp(tmp_path):
+    seen = tmp_path / "seen"
+    agent = (
+        f'printf "%s\\n%s\\n" "$ARBITER_REDIS_URL" "$redis_ip" > {shlex.quote(str(seen))}; '
+        f"exec {shlex.quote(sys.executable)} -m arbiter.client.reinforcelab {shlex.quote(EXAMPLE)}"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("ARBITER_REDIS_URL", "redis_ip")}
+    results = tmp_path / "r"
+    done = subprocess.run(
+        [sys.executable, "-m", "arbiter.server.cli", "run", "--competition", "two-phase-cartpole", "--phase", "1",
+         "--set", "num_episodes=1", "--results", str(results), "--quiet", "--", "sh", "-c", agent],
+        capture_output=True, text=True, timeout=180, cwd=str(tmp_path), env=env,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    url, legacy_host = seen.read_text().split()
+    assert url.startswith("unix:///") and url.endswith("/redis.sock?db=0"), url
+    assert legacy_host == "127.0.0.1"  # flatland's client knows TCP only
+    assert read_summary(str(results))["state"] == "SUCCESS"
+    socket_path = Path(url[len("unix://") : -len("?db=0")])
+    assert not socket_path.parent.exists()  # the embedded Redis and its folder are gone

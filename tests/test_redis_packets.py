@@ -1,0 +1,115 @@
+"""protocol/redis_conn.Packets against a real redis-server: one write per packet, replies in
+order, error replies, lost connections and exceptions in the middle of a read."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import redis
+
+from arbiter.protocol.redis_conn import Packets, connect
+
+
+@pytest.fixture
+def packets(redis_url):
+    client = connect(redis_url, socket_timeout_s=5.0)
+    packets = Packets(client)
+    yield packets
+    packets.close()
+    client.close()
+
+
+def test_replies_come_back_in_the_order_of_the_commands(packets, redis_conn):
+    replies = packets.run(
+        [
+            ("RPUSH", "list", b"a", b"b"),
+            ("EXPIRE", "list", 600),
+            ("LPOP", "list"),
+            ("BLPOP", "list", 0.5),
+            ("RPOP", "list", 5),
+            ("RPOP", "list"),
+        ]
+    )
+    assert replies == [2, 1, b"a", [b"list", b"b"], None, None]
+    assert not redis_conn.exists("list")
+
+
+def test_a_blocking_pop_waits_in_the_packet_for_what_another_client_pushes(packets, redis_conn):
+    pushed = threading.Timer(0.05, lambda: redis_conn.lpush("queue", b"late"))
+    pushed.start()
+    try:
+        assert packets.run([("RPOP", "nothing"), ("BRPOP", "queue", 2.0)]) == [None, [b"queue", b"late"]]
+    finally:
+        pushed.cancel()
+
+
+def test_a_timed_out_blocking_pop_gives_none(packets):
+    assert packets.run([("BRPOP", "empty", 0.01)]) == [None]
+
+
+def test_one_connection_serves_every_packet(packets, redis_conn):
+    ids = {packets.run([("CLIENT", "ID")])[0] for _ in range(5)}
+    assert len(ids) == 1
+
+
+def test_an_error_reply_is_raised_after_the_whole_packet_ran(packets, redis_conn):
+    redis_conn.set("text", "not a list")
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        packets.run([("LPUSH", "text", b"x"), ("RPUSH", "after", b"ran"), ("LLEN", "after")])
+    assert redis_conn.lrange("after", 0, -1) == [b"ran"]
+    # every reply of that packet was read: the next packet gets its own replies, not leftovers
+    assert packets.run([("LLEN", "after"), ("ECHO", "next")]) == [1, b"next"]
+
+
+def test_a_killed_connection_raises_connection_error_and_the_next_packet_reconnects(packets, redis_conn):
+    first_id = packets.run([("CLIENT", "ID")])[0]
+    redis_conn.client_kill_filter(_id=first_id)
+    with pytest.raises(redis.ConnectionError):
+        packets.run([("ECHO", "lost")])
+    assert packets.run([("ECHO", "back")]) == [b"back"]
+    assert packets.run([("CLIENT", "ID")])[0] != first_id
+
+
+class Interrupt(BaseException):
+    """Stands for an exception a signal handler raises in the middle of a read."""
+
+
+def test_an_exception_in_the_middle_of_a_read_closes_the_connection_so_no_reply_is_read_as_another(
+    packets, redis_conn, monkeypatch
+):
+    first_id = packets.run([("CLIENT", "ID")])[0]
+    connection = packets._connection
+    real_read = connection.read_response
+    reads = []
+
+    def read_then_interrupt(*args, **kwargs):
+        reads.append(real_read(*args, **kwargs))
+        raise Interrupt
+
+    monkeypatch.setattr(connection, "read_response", read_then_interrupt)
+    with pytest.raises(Interrupt):
+        packets.run([("ECHO", "one"), ("ECHO", "two")])
+    monkeypatch.undo()
+    assert reads == [b"one"]
+    # "two" was never read on this connection: it was closed, and the next packet starts afresh
+    assert packets.run([("ECHO", "three")]) == [b"three"]
+    assert packets.run([("CLIENT", "ID")])[0] != first_id
+
+
+def test_close_releases_the_connection_and_a_later_packet_opens_another(packets, redis_conn):
+    packets.run([("ECHO", "x")])
+    packets.close()
+    assert packets._connection is None
+    assert packets.run([("ECHO", "y")]) == [b"y"]
+
+
+def test_packets_work_over_the_embedded_servers_unix_socket(redis_server):
+    client = connect(redis_server.local_url, socket_timeout_s=5.0)
+    packets = Packets(client)
+    try:
+        assert redis_server.local_url.startswith("unix://")
+        assert packets.run([("ECHO", "unix"), ("DBSIZE",)])[0] == b"unix"
+    finally:
+        packets.close()
+        client.close()
