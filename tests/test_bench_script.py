@@ -1,6 +1,7 @@
-"""The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths) and
-scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv);
-matching trajectories, sound ratios, the tables printed."""
+"""The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths),
+scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv)
+and scripts/bench_wire_floor.py (bare round trips); matching trajectories, sound ratios, the tables
+printed."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 BENCH = REPO / "scripts" / "bench.py"
 BENCH_REMOTE_ENV = REPO / "scripts" / "bench_remote_env.py"
+BENCH_WIRE_FLOOR = REPO / "scripts" / "bench_wire_floor.py"
 
 
 @pytest.mark.timeout(300)
@@ -86,6 +88,7 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
     report = json.loads(out.read_text(encoding="utf-8"))
 
     assert report["config"]["steps"] == 1000 and report["config"]["rounds"] == 1
+    assert report["config"]["transport"] == "Redis over its unix socket, as arbiter run"
     assert report["checks"] == {"match": True, "runs_checked": 3, "mismatches": []}
     reference = report["reference"]  # the in-process run's episodes: the others played exactly these
     assert sum(e["steps"] for e in reference) == 1000 and len(reference) >= 2
@@ -132,3 +135,20 @@ def test_profile_ranking_counts_self_and_inclusive_shares(tmp_path: Path) -> Non
     inclusive = dict(ranking["inclusive"])
     assert inclusive["<module> (a.py)"] == 1.0
     assert inclusive["step (remote_env.py)"] == pytest.approx(0.9)  # two lines of one function: one row
+
+
+@pytest.mark.timeout(120)
+def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_WIRE_FLOOR), "--trips", "300", "--rounds", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in completed.stdout.splitlines() if line.strip()}
+    for path in ("pipe", "raw-unix", "raw-tcp", "arbiter-unix", "arbiter-tcp"):
+        rate, per_trip_us = float(rows[path][1]), float(rows[path][-1])
+        assert rate > 0 and per_trip_us == pytest.approx(1e6 / rate, rel=1e-3), rows[path]
+    assert "300 per path and round, 1 round(s)" in completed.stdout

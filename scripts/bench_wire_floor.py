@@ -1,0 +1,154 @@
+#!/usr/bin/env python3
+"""How many request/reply round trips per second two processes can make at all, with no
+evaluator and no env: the floor under every remote step arbiter makes.
+
+    python scripts/bench_wire_floor.py [--trips 20000] [--rounds 3]
+
+A responder process answers every message of a requester process with the same 40 bytes:
+
+  pipe          ``multiprocessing.Pipe`` (what Gymnasium's AsyncVectorEnv steps over);
+  raw-unix      through a redis-server, hand-packed commands on plain sockets: the requester
+                sends LPUSH + BLPOP in one write, the responder BRPOP, then RPUSH + BRPOP in one
+                write (arbiter's step shape), over the server's unix socket;
+  raw-tcp       the same over loopback TCP;
+  arbiter-unix  the same commands through arbiter's own packets (``protocol.redis_conn.Packets``
+                on redis-py connections: what RemoteEnv and the evaluator send), unix socket;
+  arbiter-tcp   the same over loopback TCP.
+
+A round trip through Redis wakes four processes in turn (requester → redis → responder → redis →
+requester) where a pipe wakes two; on a machine with few cores that, not Python, sets the floor.
+Only 127.0.0.1 and a unix socket in a private temporary folder are used; the redis-server is
+stopped by its pid on the way out.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import socket
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import hiredis
+from bench_common import arbiter_rev, machine_basics
+
+MESSAGE = b"x" * 40
+REQUESTS, REPLIES = "floor:requests", "floor:replies"
+PATHS = ("pipe", "raw-unix", "raw-tcp", "arbiter-unix", "arbiter-tcp")
+
+
+class RawConnection:
+    """Hand-packed commands on a plain socket, replies parsed by hiredis: as little Python as a
+    Redis round trip can take."""
+
+    def __init__(self, where: str | int):
+        if isinstance(where, str):
+            self.sock = socket.socket(socket.AF_UNIX)
+            self.sock.connect(where)
+        else:
+            self.sock = socket.create_connection(("127.0.0.1", where))
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.reader = hiredis.Reader()
+
+    def run(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        self.sock.sendall(b"".join(hiredis.pack_command(command) for command in commands))
+        replies: list[Any] = []
+        while len(replies) < len(commands):
+            reply = self.reader.gets()
+            if reply is False:
+                self.reader.feed(self.sock.recv(65536))
+            else:
+                replies.append(reply)
+        return replies
+
+
+def packets_connection(url: str) -> Any:
+    from arbiter.protocol.redis_conn import Packets, connect
+
+    return Packets(connect(url, socket_timeout_s=30.0))
+
+
+def redis_responder(make: Callable[[], Any], trips: int) -> None:
+    connection = make()
+    found = connection.run([("BRPOP", REQUESTS, 10)])[0]
+    for _ in range(trips - 1):
+        found = connection.run([("RPUSH", REPLIES, found[1]), ("BRPOP", REQUESTS, 10)])[1]
+    connection.run([("RPUSH", REPLIES, found[1])])
+
+
+def redis_requester(make: Callable[[], Any], trips: int) -> float:
+    connection = make()
+    connection.run([("PING",)])
+    started = time.perf_counter()
+    for _ in range(trips):
+        connection.run([("LPUSH", REQUESTS, MESSAGE), ("BLPOP", REPLIES, 10)])
+    return trips / (time.perf_counter() - started)
+
+
+def pipe_responder(end: Any, trips: int) -> None:
+    for _ in range(trips):
+        end.send_bytes(end.recv_bytes())
+
+
+def measure(path: str, trips: int, unix_path: str, port: int, url_unix: str, url_tcp: str) -> float:
+    if path == "pipe":
+        mine, theirs = multiprocessing.Pipe()
+        responder = multiprocessing.Process(target=pipe_responder, args=(theirs, trips))
+        responder.start()
+        started = time.perf_counter()
+        for _ in range(trips):
+            mine.send_bytes(MESSAGE)
+            mine.recv_bytes()
+        rate = trips / (time.perf_counter() - started)
+    else:
+        make: Callable[[], Any] = {
+            "raw-unix": lambda: RawConnection(unix_path),
+            "raw-tcp": lambda: RawConnection(port),
+            "arbiter-unix": lambda: packets_connection(url_unix),
+            "arbiter-tcp": lambda: packets_connection(url_tcp),
+        }[path]
+        responder = multiprocessing.Process(target=redis_responder, args=(make, trips))
+        responder.start()
+        rate = redis_requester(make, trips)
+    responder.join(30)
+    if responder.exitcode != 0:
+        raise RuntimeError(f"{path}: the responder failed (exit code {responder.exitcode})")
+    return rate
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trips", type=int, default=20_000, help="round trips per path and round (default 20000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds over every path (default 3)")
+    args = parser.parse_args()
+    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+
+    multiprocessing.set_start_method("fork")
+    machine = machine_basics()
+    rates: dict[str, list[float]] = {path: [] for path in PATHS}
+    with EmbeddedRedis(port=free_port()) as server:
+        if server.unix_socket is None:
+            print("bench: the redis-server has no unix socket here (temporary folder path too long)", file=sys.stderr)
+            return 2
+        for round_ in range(args.rounds):
+            for path in PATHS:
+                rate = measure(path, args.trips, str(server.unix_socket), server.port, server.local_url, server.url)
+                rates[path].append(rate)
+                print(f"bench: round {round_ + 1} {path:<13} {rate:8.0f} round trips/s", file=sys.stderr)
+    print(
+        f"\nRound trips between two processes — {args.trips} per path and round, {args.rounds} round(s); "
+        f"{machine['cpus']} CPUs, Python {machine['python']}, arbiter {arbiter_rev()}; "
+        f"load average at start {machine['loadavg_start']}"
+    )
+    print(f"{'path':<13} {'round trips/s: median [min–max]':<34} {'µs each':>8}")
+    for path in PATHS:
+        median = statistics.median(rates[path])
+        print(f"{path:<13} {median:>9.0f} [{min(rates[path]):.0f}–{max(rates[path]):.0f}]{'':<12} {1e6 / median:8.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
