@@ -178,9 +178,10 @@ def test_results_csv_never_lags_behind_the_finished_episodes(redis_url, service_
     from harness import wait_for
 
     results = str(tmp_path / "results")
-    with running_service(
-        spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id
-    ) as (_, outcome):
+    with running_service(spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
         for episode in range(3):
             client.env_create()
@@ -203,9 +204,10 @@ def test_a_broken_test_file_fails_the_evaluation_cleanly(redis_url, service_id, 
     shutil.copytree(tiny_tests, tests)
     (tests / "Test_0" / "Level_1.pkl").write_bytes(b"this is not a Flatland env")
     results = str(tmp_path / "results")
-    with running_service(
-        spec(), tests=str(tests), results=results, redis_url=redis_url, service_id=service_id
-    ) as (_, outcome):
+    with running_service(spec(), tests=str(tests), results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
         client.env_create()
         play_episode(client, 0)

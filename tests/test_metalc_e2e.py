@@ -2,7 +2,7 @@
 ``arbiter.client.metalc`` with an example agent in a real subprocess, or a client on the raw wire
 here. Meta-datasets come from the generator; the figures through arbiter must equal what the same
 agent scores in process (``local.play_phase``), themselves checked against the challenge's own
-programs in test_metalc_exact.py."""
+programs in metalc_challenge_figures.py."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 from harness import finish, read_episodes, read_summary, running_service, wait_for
-from test_metalc_exact import CHALLENGE_FIGURES, SETTINGS, same_float
+from metalc_challenge_figures import CHALLENGE_FIGURES, SETTINGS, same_float
 
 from arbiter.client.wire import Wire
 from arbiter.protocol import keys

@@ -23,8 +23,9 @@ from arbiter.server.testsets import (
 def _fingerprint(env_file: Path) -> tuple[bytes, list[tuple]]:
     """Grid bytes plus each agent's initial configuration and targets: what makes two envs 'the same'."""
     env, _ = RailEnvPersister.load_new(str(env_file))
-    agents = [(a.initial_configuration, tuple(sorted(a.targets)), a.earliest_departure, a.latest_arrival)
-              for a in env.agents]
+    agents = [
+        (a.initial_configuration, tuple(sorted(a.targets)), a.earliest_departure, a.latest_arrival) for a in env.agents
+    ]
     return np.asarray(env.rail.grid).tobytes(), agents
 
 
@@ -145,12 +146,23 @@ def test_failed_attempts_are_retried(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_list_env_paths_numeric_order(tmp_path: Path) -> None:
-    for rel in ["Test_10/Level_0.pkl", "Test_2/Level_10.pkl", "Test_2/Level_2.pkl", "Test_2/Level_9.pkl",
-                "Test_2/notes.txt", "Test_2/Level_x.pkl", "Other/Level_1.pkl"]:
+    for rel in [
+        "Test_10/Level_0.pkl",
+        "Test_2/Level_10.pkl",
+        "Test_2/Level_2.pkl",
+        "Test_2/Level_9.pkl",
+        "Test_2/notes.txt",
+        "Test_2/Level_x.pkl",
+        "Other/Level_1.pkl",
+    ]:
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).touch()
     assert list_env_paths(tmp_path) == [
-        "Test_2/Level_2.pkl", "Test_2/Level_9.pkl", "Test_2/Level_10.pkl", "Test_10/Level_0.pkl"]
+        "Test_2/Level_2.pkl",
+        "Test_2/Level_9.pkl",
+        "Test_2/Level_10.pkl",
+        "Test_10/Level_0.pkl",
+    ]
 
 
 def test_list_env_paths_empty(tmp_path: Path) -> None:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import os
 
 from ..base import Format
-from .plan import DiambraPlan, DiambraRule
+from .plan import DiambraPlan
 from .report import report_sections
+from .scoring import DiambraRule
 from .settings import DiambraSettings
 
 FORMAT = Format(

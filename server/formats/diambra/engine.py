@@ -25,6 +25,10 @@ import numpy as np
 from arbiter.protocol.errors import ConfigError
 
 ENGINE_MOCK = "mock"
+MOCK_NOTE = (
+    "diambra-arena's DiambraEngineMock stands in for the game: the real env code runs, the fights are "
+    "simulated, so scores are not comparable with a real engine's"
+)
 ENGINE_REAL = "engine"
 
 log = logging.getLogger(__name__)

@@ -30,15 +30,11 @@ from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_to_wire
 
 from ..base import Item, plain, step_reply
-from .engine import ENGINE_MOCK, engine_address_from_environ
+from .engine import ENGINE_MOCK, MOCK_NOTE, engine_address_from_environ
 from .env import DiambraEnv, episode_seed
-from .scoring import Bounds, DifficultyWeightedRule, episode_record, rescore
+from .scoring import Bounds, episode_record
 from .settings import DiambraSettings
 
-MOCK_NOTE = (
-    "diambra-arena's DiambraEngineMock stands in for the game: the real env code runs, the fights are "
-    "simulated, so scores are not comparable with a real engine's"
-)
 TRACE_POINTS = 512  # a record keeps at most about this many points of its reward-over-time trace
 
 CSV_COLUMNS = [
@@ -274,44 +270,3 @@ class DiambraPlan:
 
     def close(self) -> None:
         self.env.close()
-
-
-EPISODE_FIELDS = (
-    "episode",
-    "seed",
-    "reward",
-    "partial_reward",
-    "k",
-    "score",
-    "bounds",
-    "bounds_source",
-    "level",
-    "ended_by",
-    "steps",
-    "invalid_actions",
-    "engine",
-)
-
-
-class DiambraRule(DifficultyWeightedRule):
-    """The difficulty-weighted rule as a DIAMBRA evaluation reports it: the domain's figures
-    (primary = mean score, secondary = mean R, their spread), plus each episode's figures and
-    the engine the episodes ran on ("mock" says the score comes from the engine mock). Its name
-    is the one the format registers it under, so a summary names the rule that rescores it."""
-
-    name = "diambra"
-
-    def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        figures = super().aggregate(records)
-        engines = sorted({str(r.get("engine")) for r in records})
-        per_episode = []
-        for record in records:
-            k, score = rescore(record)
-            per_episode.append({**{key: record.get(key) for key in EPISODE_FIELDS}, "k": k, "score": score})
-        engine = engines[0] if len(engines) == 1 else "mixed: " + ", ".join(engines) if engines else None
-        return {
-            **figures,
-            "engine": engine,
-            "engine_note": MOCK_NOTE if ENGINE_MOCK in engines else None,
-            "per_episode": per_episode,
-        }
