@@ -58,6 +58,7 @@ EPISODE_FIELDS = (
     "skipped",
     "wall_s",
     "elapsed_s",
+    "time_bank_used_s",
 )
 _STOP = object()
 

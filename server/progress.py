@@ -14,6 +14,12 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
 
+def bank_note(record: dict[str, Any]) -> str:
+    """What an episode drew from its time bank, when it drew anything."""
+    used = record.get("time_bank_used_s")
+    return f"  bank used {used:.3f} s" if isinstance(used, (int, float)) and used > 0 else ""
+
+
 def _fmt(value: Any, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -36,13 +42,13 @@ class Progress:
 
     def episode(self, record: dict[str, Any], evaluation: Any) -> None:
         done = record["index"] + 1  # items are played in order; an item may hold many records
-        note = ""
+        note = bank_note(record)
         if record["timed_out"]:
-            note = f"  TIMEOUT ({record['timeout']})"
+            note += f"  TIMEOUT ({record['timeout']})"
         elif record["abandoned"]:
-            note = "  ABANDONED"
+            note += "  ABANDONED"
         elif record["skipped"]:
-            note = "  NOT PLAYED"
+            note += "  NOT PLAYED"
         text = evaluation.plan.progress_text(record)
         if text is None:  # the format shows this record with its item's last one
             return

@@ -19,7 +19,7 @@ from arbiter.protocol.errors import ArbiterError
 from arbiter.protocol.redis_conn import connect
 
 from .events import EPISODE, FINISHED, STARTED, TIMEOUT
-from .progress import _fmt
+from .progress import _fmt, bank_note
 
 WATCH_BLOCK_S = 1.0  # one XREAD waits at most this long, so the --timeout check stays prompt
 WATCH_BATCH = 100  # events per XREAD: a late watcher catches up in a few round trips
@@ -104,6 +104,12 @@ def _g(value: Any) -> str:
     return f"{value:g}" if isinstance(value, (int, float)) else str(value)
 
 
+def bank_budget(budgets: dict[str, Any]) -> str:
+    """The time bank in the budgets line, when there is one (NeurIPS 2020 has none)."""
+    bank = budgets.get("time_bank_s")
+    return f", time bank {_g(bank)} s per episode" if isinstance(bank, (int, float)) and bank > 0 else ""
+
+
 def render(event: dict[str, Any]) -> str:
     """The display line(s) of one event; empty for an event kind this version does not know."""
     kind = event.get("event")
@@ -116,7 +122,7 @@ def render(event: dict[str, Any]) -> str:
             f"({event.get('competition')}, scoring {event.get('scoring')}{again})\n"
             f"{tag}budgets: planning {_g(budgets.get('planning_s'))} s, step {_g(budgets.get('step_s'))} s, "
             f"overall {_g(budgets.get('overall_s'))} s, idle {_g(budgets.get('idle_s'))} s, "
-            f"{budgets.get('max_successive_timeouts')} successive timeouts"
+            f"{budgets.get('max_successive_timeouts')} successive timeouts{bank_budget(budgets)}"
         )
     if kind == TIMEOUT:
         return (
@@ -124,13 +130,13 @@ def render(event: dict[str, Any]) -> str:
             f"{event.get('kind')} budget after {event.get('steps')} steps"
         )
     if kind == EPISODE:
-        note = ""
+        note = bank_note(event)
         if event.get("timed_out"):
-            note = f"  TIMEOUT ({event.get('timeout')})"
+            note += f"  TIMEOUT ({event.get('timeout')})"
         elif event.get("abandoned"):
-            note = "  ABANDONED"
+            note += "  ABANDONED"
         elif event.get("skipped"):
-            note = "  NOT PLAYED"
+            note += "  NOT PLAYED"
         if "text" in event:  # the format's own line (events written before formats had none)
             if event["text"] is None:
                 return ""  # a record the format shows with its item's last one

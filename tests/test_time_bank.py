@@ -8,17 +8,29 @@ returns, the evaluator has opened the next window and its start can be read.
 
 from __future__ import annotations
 
+import io
 import subprocess
 import sys
 import time
 
 import pytest
-from harness import finish, play_episode, read_episodes, read_summary, running_service, seeded_actions, spec
+from harness import (
+    finish,
+    play_episode,
+    read_episodes,
+    read_events,
+    read_summary,
+    running_service,
+    seeded_actions,
+    spec,
+)
 
 from arbiter.client import RemoteClient, TimeoutException
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.competition import spec_from_dict
+from arbiter.server.progress import Progress
 from arbiter.server.report import render_report
+from arbiter.server.watch import render
 
 STEP_S = 0.3
 BANK_S = 0.5
@@ -80,6 +92,21 @@ def test_late_steps_draw_on_the_bank_until_it_is_spent(redis_url, service_id, ti
     assert summary["budgets"]["time_bank_s"] == BANK_S
     bank_stats = summary["timing"]["time_bank_used_s"]
     assert bank_stats["n"] == 3 and bank_stats["max"] == BANK_S
+
+    # What a person watching sees: `arbiter watch` renders the events, `arbiter run` its progress.
+    watched = [render(event) for event in read_events(results)]
+    assert f"time bank {BANK_S:g} s per episode" in watched[0]
+    episode_lines = [line for line in watched if line.startswith("[")]
+    assert f"bank used {BANK_S:.3f} s  TIMEOUT (step)" in episode_lines[0]
+    assert f"bank used {episodes[1]['time_bank_used_s']:.3f} s  |" in episode_lines[1]
+    assert ("bank used" in episode_lines[2]) is (episodes[2]["time_bank_used_s"] > 0)
+    shown = io.StringIO()
+    progress = Progress(shown)
+    for record in episodes:
+        progress.episode(record, service.evaluation)
+    progress_lines = shown.getvalue().splitlines()
+    assert f"bank used {BANK_S:.3f} s  TIMEOUT (step)" in progress_lines[0]
+    assert f"bank used {episodes[1]['time_bank_used_s']:.3f} s  |" in progress_lines[1]
 
 
 def play_episode_from(client: RemoteClient, *, episode: int, step: int) -> None:
