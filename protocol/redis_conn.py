@@ -6,6 +6,7 @@ retried BLPOP can wait many times its timeout, so every retry here is the caller
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -42,8 +43,14 @@ class Packets:
     def __init__(self, client: redis.Redis):
         self._pool = client.connection_pool
         self._connection: Any = None
+        self._pid = os.getpid()
 
     def run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        if self._pid != os.getpid():
+            # A forked child never writes on its parent's socket (nor shuts it down): it leaves
+            # the inherited connection alone and opens its own, as redis-py's pool does.
+            self._connection = None
+            self._pid = os.getpid()
         connection = self._connection
         if connection is None:
             connection = self._connection = self._pool.get_connection()
