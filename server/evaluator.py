@@ -93,9 +93,11 @@ def start_service(
     resume: bool = False,
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
     on_stop_signal: Callable[[int], None] | None = None,
+    redis_label: str | None = None,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled (each one also given to
-    ``on_stop_signal``, from the signal handler), progress announced."""
+    ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
+    if given, else by its URL with any password hidden)."""
     service = build_service(
         spec,
         tests=tests,
@@ -117,7 +119,7 @@ def start_service(
         episodes=service.evaluation.total,
         competition=spec.name,
         debug=spec.debug,
-        redis=redacted(redis_url),
+        redis=redis_label or redacted(redis_url),
     )
     return service
 

@@ -21,6 +21,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from arbiter.protocol.redis_conn import redacted
+
 from .competition import CompetitionSpec
 from .embedded_redis import HOST, EmbeddedRedis
 from .evaluation import State
@@ -141,6 +143,7 @@ def run_local(
     embedded: EmbeddedRedis | None = None
     agent: AgentProcess | None = None
     legacy_host = None
+    redis_label = None  # how the start line names the Redis: by default, the URL
     try:
         if redis_url is None:
             embedded = EmbeddedRedis()
@@ -148,6 +151,8 @@ def run_local(
             # arbiter's own sides speak over the unix socket; flatland's client over TCP
             redis_url = embedded.local_url
             legacy_host = HOST
+            if redis_url != embedded.url:
+                redis_label = f"{redacted(redis_url)} (flatland's client: {redacted(embedded.url)})"
             if embedded.port != 6379:
                 progress.note(
                     f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
@@ -163,6 +168,7 @@ def run_local(
             progress=progress,
             redis_outage_s=redis_outage_s,
             on_stop_signal=agent.interrupt,
+            redis_label=redis_label,
         )
         if not service.stop_requested:  # stopped while it started: the agent never runs
             try:

@@ -336,13 +336,15 @@ def test_run_connects_the_agent_over_the_embedded_redis_unix_socket_and_flatland
     results = tmp_path / "r"
     done = subprocess.run(
         [sys.executable, "-m", "arbiter.server.cli", "run", "--competition", "two-phase-cartpole", "--phase", "1",
-         "--set", "num_episodes=1", "--results", str(results), "--quiet", "--", "sh", "-c", agent],
+         "--set", "num_episodes=1", "--results", str(results), "--", "sh", "-c", agent],
         capture_output=True, text=True, timeout=180, cwd=str(tmp_path), env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
     url, legacy_host = seen.read_text().split()
     assert url.startswith("unix:///") and url.endswith("/redis.sock?db=0"), url
     assert legacy_host == "127.0.0.1"  # flatland's client knows TCP only
+    # the start line names both: where arbiter's clients connect, and where flatland's would
+    assert f"on {url} (flatland's client: redis://127.0.0.1:" in done.stderr
     assert read_summary(str(results))["state"] == "SUCCESS"
     socket_path = Path(url[len("unix://") : -len("?db=0")])
     assert not socket_path.parent.exists()  # the embedded Redis and its folder are gone
