@@ -28,7 +28,8 @@ import gymnasium
 
 from arbiter.protocol.errors import ArbiterError, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
-from arbiter.protocol.spaces import space_from_wire
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
+from arbiter.protocol.spaces import data_bytes, space_from_wire
 
 from .wire import Wire
 
@@ -54,6 +55,8 @@ class RemoteEnv(gymnasium.Env):
             )
         self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
         self.action_space = space_from_wire(self.server_info["spaces"]["action"])
+        if data_bytes(self.observation_space) > LARGE_ARGUMENT:  # frames: every reply is large
+            self.wire.packets.read_in_chunks_of(LARGE_READ_CHUNK)
         self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))
         self.next_item: int = int(self.server_info.get("next", 0))  # where the evaluation stands
         self.episode: dict[str, Any] = {}  # the running episode's place in the plan (phase, stage, run, seed ...)

@@ -110,6 +110,19 @@ def space_from_wire(data: Any, _depth: int = 0) -> Any:
     raise DecodeError(f"unknown space type {kind[:40]!r}")
 
 
+def data_bytes(space: Any) -> int:
+    """The bytes of array data in one element of ``space``: about what an observation of it
+    takes on the wire."""
+    kind = type(space).__name__
+    if kind == "Dict":
+        return sum(data_bytes(member) for member in space.spaces.values())
+    if kind == "Tuple":
+        return sum(data_bytes(member) for member in space.spaces)
+    dtype = getattr(space, "dtype", None)
+    itemsize = dtype.itemsize if dtype is not None else 8
+    return int(np.prod(getattr(space, "shape", None) or (), dtype=np.int64)) * itemsize
+
+
 def action_for(space: Any, action: Any) -> Any:
     """The action as the space holds it (numpy scalars and lists made exact), or None when it is
     not an element of the space. Used by the evaluator to refuse actions outside the space."""

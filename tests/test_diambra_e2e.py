@@ -23,6 +23,7 @@ from arbiter.client.remote_env import RemoteEnv  # noqa: E402
 from arbiter.protocol import codec, keys, messages  # noqa: E402
 from arbiter.protocol.errors import TimeoutException  # noqa: E402
 from arbiter.protocol.messages import FLATLAND_RL  # noqa: E402
+from arbiter.protocol.redis_conn import LARGE_READ_CHUNK, READ_CHUNK  # noqa: E402
 from arbiter.server.competition import load_competition  # noqa: E402
 from arbiter.server.formats.base import reset_seed  # noqa: E402
 
@@ -228,3 +229,30 @@ def test_the_benchmark_plays_the_same_episodes_in_process_and_through_remote_env
     assert gray["frame_shape"] == [128, 128, 1] and gray["frame_bytes"] == 128 * 128
     assert gray["redis_in_bytes_per_step"] > gray["frame_bytes"]  # every step's reply carried its frame
     assert all(rate > 0 for rate in gray["steps_per_s"].values())
+
+
+@pytest.mark.parametrize(("frame", "large"), [("frame_shape=[0, 0, 0]", True), (SMALL, False)])
+def test_native_frames_arrive_whole_and_are_read_in_large_chunks(redis_url, service_id, tmp_path, frame, large):
+    competition = load_competition("diambra", ["game=doapp", "difficulty=easy", "episodes=1", frame, "seed=5"])
+    results = str(tmp_path / "r")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        frame_space = env.observation_space["frame"]
+        assert (frame_space.shape[:2] == (480, 512)) is large  # doapp's native frame, or the small one
+        # a client whose observations are frames reads its replies 1 MiB at a time (hiredis parses
+        # a large reply fed in 64 KiB reads about 15 times slower)
+        read_size = env.wire.packets._pool.connection_kwargs["socket_read_size"]
+        assert read_size == (LARGE_READ_CHUNK if large else READ_CHUNK)
+        observation, _ = env.reset()
+        for _ in range(5):
+            assert env.observation_space.contains(observation)
+            assert observation["frame"].shape == frame_space.shape and observation["frame"].flags.writeable
+            observation, *_ = env.step(env.action_space.sample())
+        plan_frame = service.evaluation.current._last[0]["frame"]  # the evaluator waits for the next step
+        assert (observation["frame"] == plan_frame).all()  # byte for byte what the evaluator's env produced
+        env.submit()
+        env.close()
+        finish(outcome)

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import threading
 
+import hiredis
 import pytest
 import redis
+from harness import wait_for
 
-from arbiter.protocol.redis_conn import Packets, connect
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, packed
 
 
 @pytest.fixture
@@ -132,3 +134,39 @@ def test_a_forked_child_opens_its_own_connection_and_leaves_its_parents_alone(pa
     assert child_id != parent_id
     # the parent's connection is untouched: same id, replies still in step
     assert packets.run([("ECHO", "still mine"), ("CLIENT", "ID")]) == [b"still mine", parent_id]
+
+
+def test_a_large_argument_is_sent_as_it_is_and_arrives_whole(packets, redis_conn):
+    frame = bytes(range(256)) * 3000  # 768,000 bytes: framed by hand, not through hiredis's packer
+    assert len(frame) > LARGE_ARGUMENT
+    replies = packets.run(
+        [("RPUSH", "frames", frame), ("EXPIRE", "frames", 600), ("RPUSH", "frames", b"small"), ("LLEN", "frames")]
+    )
+    assert replies == [1, 1, 2, 2]
+    assert redis_conn.lrange("frames", 0, -1) == [frame, b"small"]
+    assert packets.run([("LPOP", "frames")]) == [frame]
+
+
+def test_packed_pieces_are_the_bytes_hiredis_would_send():
+    large = b"L" * (LARGE_ARGUMENT + 1)
+    commands = [("RPOP", "e"), ("RPUSH", "k", large), ("EXPIRE", "k", 600), ("BRPOP", "q", 0.25), ("ECHO", "é")]
+    pieces = packed(commands)
+    assert b"".join(pieces) == b"".join(hiredis.pack_command(command) for command in commands)
+    assert any(piece is large for piece in pieces)  # the large argument itself, not a copy
+    small_only = [("LPUSH", "c", b"x" * 100), ("BLPOP", "r", 2.0)]
+    assert packed(small_only) == [b"".join(hiredis.pack_command(command) for command in small_only)]
+
+
+def test_an_argument_of_another_type_is_refused_before_anything_is_sent():
+    with pytest.raises(TypeError, match="bytes, text or a number"):
+        packed([("RPUSH", "k", b"x" * (LARGE_ARGUMENT + 1), None)])
+
+
+def test_reading_in_larger_chunks_moves_to_a_new_connection_that_reads_large_replies_whole(packets, redis_conn):
+    first_id = packets.run([("CLIENT", "ID")])[0]
+    packets.read_in_chunks_of(LARGE_READ_CHUNK)
+    frame = bytes(range(256)) * 4000
+    replies = packets.run([("CLIENT", "ID"), ("RPUSH", "frames", frame), ("LPOP", "frames")])
+    assert replies[0] != first_id and replies[1:] == [1, frame]
+    # the old connection was closed (Redis notices a closed socket on its own time)
+    wait_for(lambda: first_id not in [int(client["id"]) for client in redis_conn.client_list()], what="the close")

@@ -9,7 +9,7 @@ import pytest
 
 from arbiter.protocol import codec
 from arbiter.protocol.errors import DecodeError
-from arbiter.protocol.spaces import action_for, space_from_wire, space_to_wire
+from arbiter.protocol.spaces import action_for, data_bytes, space_from_wire, space_to_wire
 
 S = gymnasium.spaces
 
@@ -92,3 +92,22 @@ def test_actions_are_checked_exactly_against_the_space():
     combined = S.Dict({"move": S.Discrete(9), "attack": S.Discrete(4)})
     assert action_for(combined, {"move": 8, "attack": 0}) == {"move": 8, "attack": 0}
     assert action_for(combined, {"move": 8}) is None and action_for(combined, {"move": 9, "attack": 0}) is None
+
+
+def test_data_bytes_counts_the_array_data_of_one_element():
+    frame = gymnasium.spaces.Box(0, 255, (480, 512, 3), np.uint8)
+    assert data_bytes(frame) == 480 * 512 * 3 == frame.sample().nbytes
+    nested = gymnasium.spaces.Dict(
+        {
+            "frame": gymnasium.spaces.Box(0, 255, (128, 128, 1), np.uint8),
+            "stage": gymnasium.spaces.Discrete(8),
+            "moves": gymnasium.spaces.Tuple((gymnasium.spaces.MultiDiscrete([3, 4]), gymnasium.spaces.MultiBinary(5))),
+        }
+    )
+    sample = nested.sample()
+    assert data_bytes(nested) == (
+        sample["frame"].nbytes
+        + np.asarray(sample["stage"]).nbytes
+        + sample["moves"][0].nbytes
+        + sample["moves"][1].nbytes
+    )
