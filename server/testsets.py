@@ -23,9 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from flatland.core.env_observation_builder import DummyObservationBuilder
-from flatland.env_generation.env_generator import env_generator
-from flatland.envs.persistence import RailEnvPersister
 
 logger = logging.getLogger(__name__)
 
@@ -119,6 +116,11 @@ def _generate_env(params: dict[str, Any], seed: int) -> tuple[Any, int]:
 
     Returns the env and the seed actually used (recorded in metadata.csv so the env can be reproduced).
     """
+    # flatland's generator pulls in matplotlib: imported only when a test set is generated, so that
+    # the command line starts fast for every format (it imports this module for its presets).
+    from flatland.core.env_observation_builder import DummyObservationBuilder
+    from flatland.env_generation.env_generator import env_generator
+
     gen_kwargs = {k: v for k, v in params.items() if k not in ("test", "level")}
     problems: list[str] = []
     for attempt in range(MAX_TRIES):
@@ -173,6 +175,8 @@ def generate_test_set(
         raise FileExistsError(f"{out} exists and is not empty; pass overwrite=True to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     entries = sorted(PRESETS[preset], key=lambda p: (p["test"], p["level"]))
+
+    from flatland.envs.persistence import RailEnvPersister
 
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
     try:
