@@ -231,7 +231,9 @@ class RemoteClient(Wire):
         return collect
 
     def _step_connection(self) -> Any:
-        if self._step_conn is None:
+        # A forked child never writes on its parent's connection: redis-py's Connection records
+        # the pid that opened it, and the child's pool opens the child its own.
+        if self._step_conn is None or self._step_conn.pid != os.getpid():
             self._step_conn = self.redis.connection_pool.get_connection()
         return self._step_conn
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from flatland.evaluators.client import FlatlandRemoteClient
 from harness import finish, play_episode, read_episodes, running_service, seeded_actions, spec, wait_for
@@ -148,3 +150,42 @@ def test_episode_identity_comes_from_the_evaluator(redis_url, service_id, tiny_t
         finish(outcome)
     assert seen == [0, 1, 2]
     assert [e["index"] for e in read_episodes(str(tmp_path / "r"))] == [0, 1, 2]
+
+
+def test_a_forked_agent_process_does_not_write_on_its_parents_step_connection(
+    redis_url, service_id, tiny_tests, tmp_path
+):
+    results = str(tmp_path / "r")
+    with running_service(spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        num_agents = client.env.get_num_agents()
+        client.env_step(seeded_actions(0, 0, num_agents))  # the step connection is open now
+        parents = client._step_connection()
+        read_end, write_end = os.pipe()
+        child = os.fork()
+        if child == 0:  # e.g. an agent that forks workers after connecting: it must not step
+            try:
+                os.write(write_end, str(client._step_connection().pid).encode())
+            finally:
+                os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as pipe:
+            childs_pid = int(pipe.read())
+        assert os.waitpid(child, 0)[1] == 0
+        assert childs_pid == child  # the child got a connection of its own
+        assert client._step_connection() is parents  # and the parent kept its own, untouched
+        step, done = 1, {"__all__": False}
+        while not done["__all__"]:
+            _, _, done, _ = client.env_step(seeded_actions(0, step, num_agents))
+            step += 1
+        for episode in range(1, 3):
+            client.env_create()
+            play_episode(client, episode)
+        client.submit()
+        summary = finish(outcome)
+    assert summary["state"] == "SUCCESS"
+    assert [r["steps"] for r in read_episodes(results)][0] == step
