@@ -68,6 +68,9 @@ def end(process: subprocess.Popen) -> None:
 # --- arbiter serve: SIGTERM while Redis is down or hung ------------------------------------------
 
 
+OUTAGE_S = 0.05  # how long Redis stays killed before the SIGTERM
+
+
 @pytest.mark.parametrize("fault", ["killed", "hung"])
 def test_sigterm_during_a_redis_fault_ends_the_evaluation_at_once(
     fault, service_id, tiny_tests, tmp_path, record_property
@@ -91,6 +94,11 @@ def test_sigterm_during_a_redis_fault_ends_the_evaluation_at_once(
         if fault == "killed":
             os.kill(redis.pid, signal.SIGKILL)
             wait_for(lambda: stderr.saw("Redis unreachable"), what="the evaluator riding out the outage")
+            # The outage lasts OUTAGE_S at least before the stop (the evaluator began timing it
+            # before it logged it), so the downtime it reports has a known lower bound.
+            outage_seen = time.monotonic()
+            while time.monotonic() < outage_seen + OUTAGE_S:
+                time.sleep(0.005)
         else:
             os.kill(redis.pid, signal.SIGSTOP)
         sent = time.monotonic()
@@ -114,7 +122,7 @@ def test_sigterm_during_a_redis_fault_ends_the_evaluation_at_once(
     assert summary["counters"]["events_unpublished"] >= 1
     assert read_events(str(results))[-1]["event"] == "finished"
     if fault == "killed":
-        assert summary["counters"]["downtime_ms"] > 0  # the outage so far is not the agent's time
+        assert summary["counters"]["downtime_ms"] >= OUTAGE_S * 1000  # the outage so far is not the agent's time
 
 
 def test_a_stop_from_another_thread_ends_an_outage_promptly(service_id, tiny_tests, tmp_path):
