@@ -37,6 +37,9 @@ POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
 MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
 MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop requested by another thread
+# A Redis call that has not answered this long after its own blocking wait ended fails with a
+# timeout: Redis is hung (an outage). What the call waited past its blocking wait is downtime.
+HUNG_AFTER_S = 10.0
 # Work done while waiting (preparing the next episode) runs only when the deadline is further
 # away than this: far longer than that work takes, so it never delays a budget decision.
 IDLE_WORK_MARGIN_S = 2.0
@@ -72,7 +75,7 @@ class RedisTransport:
     tell the service what happened, so the downtime is never charged to the participant."""
 
     def __init__(self, redis_url: str, service_id: str, outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S):
-        self.redis = connect(redis_url, socket_timeout_s=MAX_BLOCK_S + 10.0)
+        self.redis = connect(redis_url, socket_timeout_s=MAX_BLOCK_S + HUNG_AFTER_S)
         self.packets = Packets(self.redis)  # the waits for commands and the replies that ride with them
         self.redis_url = redis_url
         self.service_id = service_id
@@ -110,19 +113,25 @@ class RedisTransport:
         finally:
             self._waiting_thread = None
 
-    def _call(self, command: Callable[[], Any]) -> Any:
+    def _call(self, command: Callable[[], Any], blocks_s: float = 0.0) -> Any:
+        """``command()``, riding out outages. ``blocks_s``: how long it may wait by design (a
+        blocking pop); a failed call's time past that was Redis's, not the participant's."""
         with self._waiting():
             while True:
+                sent = time.monotonic()
                 try:
                     return command()
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    self._ride_out_outage(exc)
+                    # A hung Redis answers nothing until the socket times out: that wait was
+                    # already part of the outage.
+                    self._ride_out_outage(exc, down_before_s=max(0.0, time.monotonic() - sent - blocks_s))
 
-    def _ride_out_outage(self, exc: Exception) -> None:
+    def _ride_out_outage(self, exc: Exception, down_before_s: float = 0.0) -> None:
         """Reconnect with backoff until Redis answers, the outage limit passes (RedisUnavailable)
-        or a stop is requested (StopRequested). What the outage lasted is in ``downtime_s``
-        either way, so it is never charged to the participant."""
-        started = time.monotonic()
+        or a stop is requested (StopRequested). What the outage lasted (``down_before_s``, the
+        failed call's wait for a hung Redis, included) is in ``downtime_s`` either way, so it is
+        never charged to the participant."""
+        started = time.monotonic() - down_before_s
         self.outages += 1
         log.warning("Redis unreachable (%s); retrying for up to %g s", exc, self.outage_limit_s)
         pause_s = OUTAGE_FIRST_PAUSE_S
@@ -189,7 +198,7 @@ class RedisTransport:
             idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
             may_block = block_s >= MIN_BLOCK_S and not idle
             if may_block:
-                taken = self._call(functools.partial(self._wait_and_take, block_s))
+                taken = self._call(functools.partial(self._wait_and_take, block_s), blocks_s=block_s)
             else:
                 taken = self._call(self._take_nowait)
             if taken:

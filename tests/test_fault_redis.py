@@ -12,6 +12,7 @@ from harness import finish, read_episodes, running_service, seeded_actions, spec
 
 from arbiter.client import RemoteClient, TimeoutException
 from arbiter.protocol.errors import ServerUnavailable
+from arbiter.server import transport as transport_module
 from arbiter.server.embedded_redis import EmbeddedRedis, free_port
 
 
@@ -116,3 +117,52 @@ def test_redis_gone_for_good_ends_cleanly_on_both_sides(service_id, tiny_tests, 
     assert summary["state"] == "INTERRUPTED"
     assert "unreachable for more than 1 s" in summary["termination_cause"]
     assert [r["index"] for r in read_episodes(results)] == [0]  # the finished episode is intact
+
+
+def test_a_hung_redis_is_downtime_from_when_the_evaluators_wait_should_have_ended(
+    service_id, tiny_tests, tmp_path, monkeypatch
+):
+    """Redis stops answering (SIGSTOP) while the evaluator waits for a step: its blocking pop
+    only fails when the socket times out, well after the step budget. That wait is Redis's,
+    not the agent's: the step sent once Redis answers again is on time."""
+    monkeypatch.setattr(transport_module, "HUNG_AFTER_S", 0.3)  # the socket timeout: MAX_BLOCK_S + this
+    redis = EmbeddedRedis(port=free_port()).start()
+    results = str(tmp_path / "r")
+    try:
+        with running_service(
+            spec(step_s=0.5, planning_s=5),
+            tests=tiny_tests,
+            results=results,
+            redis_url=redis.url,
+            service_id=service_id,
+        ) as (service, outcome):
+            client = RemoteClient(redis_url=redis.url, service_id=service_id, reply_timeout_s=30, step_replies=True)
+            client.env_create()
+            num_agents = client.env.get_num_agents()
+            client.env_step(seeded_actions(0, 0, num_agents))  # the evaluator now waits for step 1
+            os.kill(redis.pid, signal.SIGSTOP)
+            hung_at = time.monotonic()
+            try:
+                wait_for(lambda: service.transport.outages == 1, what="the evaluator to find Redis hung")
+                found_after_s = time.monotonic() - hung_at
+            finally:
+                os.kill(redis.pid, signal.SIGCONT)
+            assert found_after_s > 0.5  # the step budget ran out while Redis was hung
+            step, done = 1, {"__all__": False}
+            while not done["__all__"]:
+                _, _, done, _ = client.env_step(seeded_actions(0, step, num_agents))  # no TimeoutException
+                step += 1
+            for episode in (1, 2):
+                client.env_create()
+                while not client.env_step(seeded_actions(episode, 0, client.env.get_num_agents()))[2]["__all__"]:
+                    pass
+            client.submit()
+            summary = finish(outcome)
+    finally:
+        redis.stop()
+    assert summary["state"] == "SUCCESS"
+    first = read_episodes(results)[0]
+    assert not first["timed_out"] and first["steps"] == step
+    assert first["step_think_s"]["max"] < 0.5  # the hang was not charged to the agent's step
+    # the time the pop waited past its own block (socket timeout 1.3 s, block under 0.5 s) is downtime
+    assert summary["counters"]["downtime_ms"] >= 1000 * (found_after_s - 0.5)
