@@ -30,6 +30,23 @@ def wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = 
         time.sleep(0.002)
 
 
+def in_forked_child(report: Callable[[], Any]) -> tuple[int, str]:
+    """Fork; the child runs ``report`` and sends back its text, then leaves without cleanup (as a
+    forked worker of an agent's would). Returns the child's pid and that text."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        try:
+            os.write(write_end, str(report()).encode())
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as pipe:
+        text = pipe.read().decode()
+    assert os.waitpid(child, 0)[1] == 0
+    return child, text
+
+
 def spec(**budgets: Any) -> CompetitionSpec:
     """The NeurIPS 2020 competition with the given (usually sub-second) budgets."""
     scoring = budgets.pop("scoring", "neurips2020")

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from flatland.evaluators.client import FlatlandRemoteClient
-from harness import finish, play_episode, read_episodes, running_service, seeded_actions, spec, wait_for
+from harness import (
+    finish,
+    in_forked_child,
+    play_episode,
+    read_episodes,
+    running_service,
+    seeded_actions,
+    spec,
+    wait_for,
+)
 
 from arbiter.client import RemoteClient
 from arbiter.protocol import codec, keys
@@ -165,18 +172,9 @@ def test_a_forked_agent_process_does_not_write_on_its_parents_step_connection(
         num_agents = client.env.get_num_agents()
         client.env_step(seeded_actions(0, 0, num_agents))  # the step connection is open now
         parents = client._step_connection()
-        read_end, write_end = os.pipe()
-        child = os.fork()
-        if child == 0:  # e.g. an agent that forks workers after connecting: it must not step
-            try:
-                os.write(write_end, str(client._step_connection().pid).encode())
-            finally:
-                os._exit(0)
-        os.close(write_end)
-        with os.fdopen(read_end, "rb") as pipe:
-            childs_pid = int(pipe.read())
-        assert os.waitpid(child, 0)[1] == 0
-        assert childs_pid == child  # the child got a connection of its own
+        # e.g. an agent that forks workers after connecting: a worker must not step on it
+        child, childs_connection_pid = in_forked_child(lambda: client._step_connection().pid)
+        assert int(childs_connection_pid) == child  # the child got a connection of its own
         assert client._step_connection() is parents  # and the parent kept its own, untouched
         step, done = 1, {"__all__": False}
         while not done["__all__"]:

@@ -3,13 +3,12 @@ order, error replies, lost connections and exceptions in the middle of a read.""
 
 from __future__ import annotations
 
-import os
 import threading
 
 import hiredis
 import pytest
 import redis
-from harness import wait_for
+from harness import in_forked_child, wait_for
 
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, packed
 
@@ -120,18 +119,8 @@ def test_packets_work_over_the_embedded_servers_unix_socket(redis_server):
 
 def test_a_forked_child_opens_its_own_connection_and_leaves_its_parents_alone(packets, redis_conn):
     parent_id = packets.run([("CLIENT", "ID")])[0]
-    read_end, write_end = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: report its connection's id, then leave without cleanup
-        try:
-            os.write(write_end, str(packets.run([("CLIENT", "ID")])[0]).encode())
-        finally:
-            os._exit(0)
-    os.close(write_end)
-    with os.fdopen(read_end, "rb") as pipe:
-        child_id = int(pipe.read())
-    assert os.waitpid(child, 0)[1] == 0
-    assert child_id != parent_id
+    _, child_id = in_forked_child(lambda: packets.run([("CLIENT", "ID")])[0])
+    assert int(child_id) != parent_id
     # the parent's connection is untouched: same id, replies still in step
     assert packets.run([("ECHO", "still mine"), ("CLIENT", "ID")]) == [b"still mine", parent_id]
 
