@@ -74,8 +74,11 @@ class RemoteClient(Wire):
         step_replies: bool = False,
         record_steps: bool = False,
         resend_after_s: float = RESEND_AFTER_S,
+        spin_us: float | None = None,
     ):
-        super().__init__(redis_url, service_id, reply_timeout_s=reply_timeout_s, resend_after_s=resend_after_s)
+        super().__init__(
+            redis_url, service_id, reply_timeout_s=reply_timeout_s, resend_after_s=resend_after_s, spin_us=spin_us
+        )
         # Only used against flatland's own service, which sends no env state.
         self.test_env_folder = test_env_folder or os.environ.get("AICROWD_TESTS_FOLDER")
         self.step_replies = step_replies

@@ -45,9 +45,10 @@ class RemoteEnv(gymnasium.Env):
         service_id: str | None = None,
         *,
         reply_timeout_s: float | None = None,
+        spin_us: float | None = None,
     ):
         super().__init__()
-        self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s)
+        self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s, spin_us=spin_us)
         self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}")
         if "spaces" not in self.server_info:
             raise ArbiterError(

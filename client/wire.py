@@ -32,6 +32,8 @@ from arbiter.protocol.errors import (
 from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import Packets, connect, redacted
 
+from .spin_wait import SpinWait, window_from_environment
+
 log = logging.getLogger(__name__)
 
 DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
@@ -79,6 +81,7 @@ class Wire:
         *,
         reply_timeout_s: float | None = None,
         resend_after_s: float = RESEND_AFTER_S,
+        spin_us: float | None = None,
     ):
         self.redis_url, self.service_id = connection_settings(redis_url, service_id)
         self.reply_timeout_s = reply_timeout(reply_timeout_s)
@@ -90,7 +93,10 @@ class Wire:
         self._channel_prefix = uuid.uuid4().hex[:24]
         self._channels = 0
         self.redis = connect(self.redis_url, socket_timeout_s=self.reply_timeout_s + 10.0)
-        self.packets = Packets(self.redis)  # a request and the wait for its reply
+        # A request and the wait for its reply; the reply is polled for before sleeping on it.
+        window_s = window_from_environment(spin_us)
+        self.spin = SpinWait(window_s) if window_s > 0 else None
+        self.packets = Packets(self.redis, waiter=self.spin)
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs

@@ -25,6 +25,7 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+from msgpack.exceptions import ExtraData
 
 from . import safe_pickle
 from .errors import DecodeError, MessageTooLarge
@@ -211,6 +212,8 @@ _SCALAR_SIZES = {
     0xD9: (1, 0), 0xDA: (2, 0), 0xDB: (4, 0),  # str 8/16/32
 }  # fmt: skip
 _CONTAINERS = {0xDC: (2, 1), 0xDD: (4, 1), 0xDE: (2, 2), 0xDF: (4, 2)}  # array 16/32, map 16/32
+# Every byte value but the container headers (fixmap, fixarray, array 16/32, map 16/32).
+_NOT_CONTAINER_HEADERS = bytes(b for b in range(256) if not (0x80 <= b <= 0x9F or b in _CONTAINERS))
 
 
 def _prescan(data: bytes, max_depth: int) -> None:
@@ -260,14 +263,28 @@ def _prescan(data: bytes, max_depth: int) -> None:
         raise DecodeError(f"{size - pos} bytes of trailing data after the message")
 
 
+def _may_nest_deeper_than(data: bytes, max_depth: int) -> bool:
+    """False when ``data`` cannot hold more than ``max_depth`` nested containers: it has no more
+    bytes that could be container headers than that (every level of nesting needs a header)."""
+    return len(data) > max_depth and len(data.translate(None, _NOT_CONTAINER_HEADERS)) > max_depth
+
+
 def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
     """Decode one message; any failure is a ``DecodeError`` (never anything else)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
-    if len(data) > limits.max_bytes:
-        raise MessageTooLarge(f"message of {len(data)} bytes exceeds the limit of {limits.max_bytes}")
+    size = len(data)
+    if size > limits.max_bytes:
+        raise MessageTooLarge(f"message of {size} bytes exceeds the limit of {limits.max_bytes}")
     if limits.prescan:
-        _prescan(bytes(data), limits.max_depth)
+        data = bytes(data)
+        # The walk bounds nesting, and claimed sizes by the bytes left. A message too shallow to
+        # break the nesting bound (most requests: a step has three maps) skips it: msgpack bounds
+        # each container by the message's size below, and rejects truncated or trailing data and
+        # the types the walk refuses (ext types, 0xc1) itself.
+        if _may_nest_deeper_than(data, limits.max_depth):
+            _prescan(data, limits.max_depth)
+    max_container_len = min(limits.max_container_len, size)
     try:
         message = _msgpack.unpackb(
             data,
@@ -277,12 +294,14 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
             ext_hook=_reject_ext,
             max_str_len=limits.max_str_len,
             max_bin_len=limits.max_bytes,
-            max_array_len=limits.max_container_len,
-            max_map_len=limits.max_container_len,
+            max_array_len=max_container_len,
+            max_map_len=max_container_len,
             max_ext_len=0,
         )
     except DecodeError:
         raise
+    except ExtraData as exc:
+        raise DecodeError(f"{len(exc.extra)} bytes of trailing data after the message") from None
     except Exception as exc:  # msgpack raises a zoo of types: ValueError, TypeError, StackError, ...
         raise DecodeError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
     return message

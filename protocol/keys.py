@@ -53,7 +53,7 @@ def is_valid_response_channel(channel: object, service_id: str) -> bool:
     if not isinstance(channel, str):
         return False
     prefix = response_prefix(service_id)
-    return channel.startswith(prefix) and bool(RESPONSE_TOKEN_RE.fullmatch(channel[len(prefix) :]))
+    return channel.startswith(prefix) and RESPONSE_TOKEN_RE.fullmatch(channel, len(prefix)) is not None
 
 
 def evaluation_keys(service_id: str) -> list[str]:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 from hiredis import pack_command
+from redis._parsers.hiredis import NOT_ENOUGH_DATA as _NOT_ENOUGH_DATA
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
@@ -47,13 +48,20 @@ class Packets:
     the round trip itself on a step's path. Replies are Redis's own (a blocking pop gives
     ``[key, value]`` or None). Not for use by several threads at once.
 
+    redis-py connects (address, password, database) and parses (its hiredis reader); the packet's
+    bytes are written and its replies read here, straight on the connection's socket: redis-py's
+    per-reply layers cost more than the parsing itself on a step's path.
+
     An error reply is raised once every reply of its packet has been read; any other failure
     (a lost connection, an exception from a signal handler) closes the connection, so no reply
     of one packet is ever read as another's, and the next packet connects again.
     """
 
-    def __init__(self, client: redis.Redis):
+    def __init__(self, client: redis.Redis, waiter: Any = None):
         self._pool = client.connection_pool
+        # What waits for a reply's bytes: the socket's own blocking read, or an object whose
+        # ``recv_into(sock, buffer, fresh)`` does (the client's ``SpinWait``, which polls first).
+        self._waiter = waiter
         self._connection: Any = None
         self._pid = os.getpid()
 
@@ -75,21 +83,43 @@ class Packets:
         if connection is None:
             connection = self._connection = self._pool.get_connection()
         try:
-            connection.send_packed_command(packed(commands), False)
-            replies: list[Any] = []
-            error: redis.ResponseError | None = None
-            for _ in commands:
-                try:
-                    replies.append(connection.read_response())
-                except redis.ResponseError as exc:  # this reply was read whole: the next ones follow
-                    error = error or exc
-                    replies.append(exc)
+            if connection._sock is None:  # closed after a failure: connect again
+                connection.connect()
+            sock = connection._sock
+            for piece in packed(commands):
+                sock.sendall(piece)
+            parser = connection._parser
+            replies = [self._reply(sock, parser) for _ in commands]
+        except TimeoutError as exc:  # the socket's timeout: Redis hung
+            connection.disconnect()
+            raise redis.TimeoutError(f"Timeout talking to Redis at {connection._host_error()}") from exc
+        except OSError as exc:
+            connection.disconnect()
+            raise redis.ConnectionError(f"Error talking to Redis at {connection._host_error()}: {exc}") from exc
         except BaseException:
             connection.disconnect()
             raise
-        if error is not None:
-            raise error
+        for reply in replies:
+            if isinstance(reply, redis.ResponseError):  # read whole, like the replies after it
+                raise reply
         return replies
+
+    def _reply(self, sock: Any, parser: Any) -> Any:
+        """The next reply (an error reply as its exception, not raised), read from ``sock`` as far
+        as the parser needs."""
+        reader = parser._reader
+        reply = reader.gets()
+        while reply is _NOT_ENOUGH_DATA:
+            buffer = parser._buffer
+            if self._waiter is None:
+                size = sock.recv_into(buffer)
+            else:
+                size = self._waiter.recv_into(sock, buffer, not reader.has_data())
+            if size == 0:
+                raise ConnectionError("Redis closed the connection")
+            reader.feed(buffer, 0, size)
+            reply = reader.gets()
+        return reply
 
     def close(self) -> None:
         if self._connection is not None:

@@ -129,6 +129,9 @@ def action_for(space: Any, action: Any) -> Any:
     kind = type(space).__name__
     try:
         if kind == "Discrete":
+            if type(action) is int:  # what msgpack decodes an integer to: checked without numpy (a step's path)
+                start = int(space.start)
+                return action if start <= action < start + int(space.n) else None
             if isinstance(action, (bool, np.bool_)):
                 return None
             if isinstance(action, np.ndarray) and action.shape == ():

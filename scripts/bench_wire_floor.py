@@ -10,13 +10,17 @@ A responder process answers every message of a requester process with the same 4
   raw-unix      through a redis-server, hand-packed commands on plain sockets: the requester
                 sends LPUSH + BLPOP in one write, the responder BRPOP, then RPUSH + BRPOP in one
                 write (arbiter's step shape), over the server's unix socket;
-  raw-tcp       the same over loopback TCP;
+  raw-unix-poll the same, the requester polling its socket for the reply before sleeping on it
+                (what arbiter's client does: ``client/spin_wait.py``);
+  raw-tcp       raw-unix over loopback TCP;
   arbiter-unix  the same commands through arbiter's own packets (``protocol.redis_conn.Packets``
-                on redis-py connections: what RemoteEnv and the evaluator send), unix socket;
+                on redis-py connections: what RemoteEnv and the evaluator send, the requester
+                polling as RemoteEnv does by default), unix socket;
   arbiter-tcp   the same over loopback TCP.
 
 A round trip through Redis wakes four processes in turn (requester → redis → responder → redis →
-requester) where a pipe wakes two; on a machine with few cores that, not Python, sets the floor.
+requester) where a pipe wakes two; on a machine with few cores (and on a VM, where waking an idle
+vCPU is dear) that, not Python, sets the floor. A requester that polls is not woken.
 Only 127.0.0.1 and a unix socket in a private temporary folder are used; the redis-server is
 stopped by its pid on the way out.
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import select
 import socket
 import statistics
 import sys
@@ -37,14 +42,16 @@ from bench_common import arbiter_rev, machine_basics
 
 MESSAGE = b"x" * 40
 REQUESTS, REPLIES = "floor:requests", "floor:replies"
-PATHS = ("pipe", "raw-unix", "raw-tcp", "arbiter-unix", "arbiter-tcp")
+PATHS = ("pipe", "raw-unix", "raw-unix-poll", "raw-tcp", "arbiter-unix", "arbiter-tcp")
+POLL_WINDOW_S = 0.001  # the requester's, as RemoteEnv's default
 
 
 class RawConnection:
     """Hand-packed commands on a plain socket, replies parsed by hiredis: as little Python as a
     Redis round trip can take."""
 
-    def __init__(self, where: str | int):
+    def __init__(self, where: str | int, polls: bool = False):
+        self.poll = None
         if isinstance(where, str):
             self.sock = socket.socket(socket.AF_UNIX)
             self.sock.connect(where)
@@ -52,6 +59,10 @@ class RawConnection:
             self.sock = socket.create_connection(("127.0.0.1", where))
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.reader = hiredis.Reader()
+        if polls:
+            poller = select.poll()
+            poller.register(self.sock.fileno(), select.POLLIN)
+            self.poll = poller.poll
 
     def run(self, commands: list[tuple[Any, ...]]) -> list[Any]:
         self.sock.sendall(b"".join(hiredis.pack_command(command) for command in commands))
@@ -59,28 +70,33 @@ class RawConnection:
         while len(replies) < len(commands):
             reply = self.reader.gets()
             if reply is False:
+                if self.poll is not None:
+                    give_up = time.perf_counter() + POLL_WINDOW_S
+                    while not self.poll(0) and time.perf_counter() < give_up:
+                        pass
                 self.reader.feed(self.sock.recv(65536))
             else:
                 replies.append(reply)
         return replies
 
 
-def packets_connection(url: str) -> Any:
+def packets_connection(url: str, polls: bool = False) -> Any:
+    from arbiter.client.spin_wait import SpinWait
     from arbiter.protocol.redis_conn import Packets, connect
 
-    return Packets(connect(url, socket_timeout_s=30.0))
+    return Packets(connect(url, socket_timeout_s=30.0), waiter=SpinWait(POLL_WINDOW_S) if polls else None)
 
 
-def redis_responder(make: Callable[[], Any], trips: int) -> None:
-    connection = make()
+def redis_responder(make: Callable[[bool], Any], trips: int) -> None:
+    connection = make(False)  # the evaluator's side never polls
     found = connection.run([("BRPOP", REQUESTS, 10)])[0]
     for _ in range(trips - 1):
         found = connection.run([("RPUSH", REPLIES, found[1]), ("BRPOP", REQUESTS, 10)])[1]
     connection.run([("RPUSH", REPLIES, found[1])])
 
 
-def redis_requester(make: Callable[[], Any], trips: int) -> float:
-    connection = make()
+def redis_requester(make: Callable[[bool], Any], trips: int, polls: bool) -> float:
+    connection = make(polls)
     connection.run([("PING",)])
     started = time.perf_counter()
     for _ in range(trips):
@@ -104,15 +120,16 @@ def measure(path: str, trips: int, unix_path: str, port: int, url_unix: str, url
             mine.recv_bytes()
         rate = trips / (time.perf_counter() - started)
     else:
-        make: Callable[[], Any] = {
-            "raw-unix": lambda: RawConnection(unix_path),
-            "raw-tcp": lambda: RawConnection(port),
-            "arbiter-unix": lambda: packets_connection(url_unix),
-            "arbiter-tcp": lambda: packets_connection(url_tcp),
+        make: Callable[[bool], Any] = {
+            "raw-unix": lambda polls: RawConnection(unix_path, polls),
+            "raw-unix-poll": lambda polls: RawConnection(unix_path, polls),
+            "raw-tcp": lambda polls: RawConnection(port, polls),
+            "arbiter-unix": lambda polls: packets_connection(url_unix, polls),
+            "arbiter-tcp": lambda polls: packets_connection(url_tcp, polls),
         }[path]
         responder = multiprocessing.Process(target=redis_responder, args=(make, trips))
         responder.start()
-        rate = redis_requester(make, trips)
+        rate = redis_requester(make, trips, polls=path.startswith("arbiter") or path.endswith("-poll"))
     responder.join(30)
     if responder.exitcode != 0:
         raise RuntimeError(f"{path}: the responder failed (exit code {responder.exitcode})")

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from arbiter.protocol.errors import ClientConflict
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply
@@ -50,8 +49,7 @@ class Verdict(enum.Enum):
     UNBOUND = "unbound"  # not a handshake, and no client is bound: refuse
 
 
-@dataclass(frozen=True)
-class Admission:
+class Admission(NamedTuple):  # a tuple: one is made for every request, a frozen dataclass costs 2.5x
     verdict: Verdict
     seq: int | None = None
     lost: int = 0  # requests missing before this one (a gap in the sequence)

@@ -82,6 +82,7 @@ class Evaluation(Endings):
         self.state = State.RUNNING
         self.termination_cause = ""
         self.records: list[dict[str, Any]] = []
+        self._running_score: tuple[int, float | None] = (0, None)  # (records it was computed from, score)
         self.current: OpenItem | None = None
         self.item_budgets = budgets  # the running item's budgets (an item may have its own)
         self.stage_at: float | None = None  # the running item's stage deadline, if it has one
@@ -368,9 +369,11 @@ class Evaluation(Endings):
         )
         records = merge_records(item.index, item.key, format_records, item_core, last_core)
         self.store.add_episodes(records)
-        for record in records:
-            self.records.append(record)
-            if self.on_episode is not None:
+        # All of the item's records first, then one notice each: the score so far that every
+        # notice shows is the item's, computed once (a training run may hold thousands of episodes).
+        self.records.extend(records)
+        if self.on_episode is not None:
+            for record in records:
                 self.on_episode(record, self)
 
     # -- reports ----------------------------------------------------------------------------
@@ -385,8 +388,12 @@ class Evaluation(Endings):
         if not self.records:
             return None
         # Asked after every episode (progress line, events), between a step and the next reply:
-        # the primary alone, never the full aggregate with its bootstrap.
-        return self.rule.primary(self.records)
+        # the primary alone, never the full aggregate with its bootstrap, and once per item.
+        # Records are only ever added (a restore replaces them with more), so their count says
+        # whether the score is still current.
+        if self._running_score[0] != len(self.records):
+            self._running_score = (len(self.records), self.rule.primary(self.records))
+        return self._running_score[1]
 
     def submit_payload(self) -> dict[str, Any]:
         return evaluation_summary.submit_payload(self)

@@ -15,12 +15,11 @@ the outage its thread is in at once (``interrupt_wait``); one from another threa
 from __future__ import annotations
 
 import collections
-import contextlib
 import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -105,18 +104,11 @@ class RedisTransport:
             self._waiting_thread = None
             raise StopRequested
 
-    @contextlib.contextmanager
-    def _waiting(self) -> Iterator[None]:
-        self._waiting_thread = threading.get_ident()
-        try:
-            yield
-        finally:
-            self._waiting_thread = None
-
     def _call(self, command: Callable[[], Any], blocks_s: float = 0.0) -> Any:
         """``command()``, riding out outages. ``blocks_s``: how long it may wait by design (a
         blocking pop); a failed call's time past that was Redis's, not the participant's."""
-        with self._waiting():
+        self._waiting_thread = threading.get_ident()  # what interrupt_wait looks for
+        try:
             while True:
                 sent = time.monotonic()
                 try:
@@ -125,6 +117,8 @@ class RedisTransport:
                     # A hung Redis answers nothing until the socket times out: that wait was
                     # already part of the outage.
                     self._ride_out_outage(exc, down_before_s=max(0.0, time.monotonic() - sent - blocks_s))
+        finally:
+            self._waiting_thread = None
 
     def _ride_out_outage(self, exc: Exception, down_before_s: float = 0.0) -> None:
         """Reconnect with backoff until Redis answers, the outage limit passes (RedisUnavailable)

@@ -148,7 +148,7 @@ def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
     )
     assert completed.returncode == 0, completed.stderr[-3000:]
     rows = {line.split()[0]: line.split() for line in completed.stdout.splitlines() if line.strip()}
-    for path in ("pipe", "raw-unix", "raw-tcp", "arbiter-unix", "arbiter-tcp"):
+    for path in ("pipe", "raw-unix", "raw-unix-poll", "raw-tcp", "arbiter-unix", "arbiter-tcp"):
         rate, per_trip_us = float(rows[path][1]), float(rows[path][-1])
         # printed to 0.1 µs and the rate to 1/s: they agree to within those roundings
         assert rate > 0 and per_trip_us == pytest.approx(1e6 / rate, abs=0.05 + 1e6 / rate**2), rows[path]

@@ -648,42 +648,72 @@ def test_arbitrary_bytes_decode_or_raise_decode_error(data):
             pass
 
 
-@settings(max_examples=300, deadline=None)
-@given(
-    st.lists(
-        st.sampled_from(
-            [
-                b"\x91",
-                b"\x81",
-                b"\xdd\xff\xff\xff\xff",
-                b"\xdc\x27\x10",
-                b"\xc4\x03",
-                b"\xa3",
-                b"\xc1",
-                b"\xd4\x01",
-                b"\x00",
-                b"\xc3",
-                b"\xcb",
-                struct.pack(">d", 1.0),
-                b"\xc4\x02nd",
-                b"\xa4type",
-                b"\xa3|O",
-                b"\x82\xac__fraction__\xc3\xa6as_str",
-                b"\x85",
-                b"\xc4\x05shape",
-                b"\xc4\x04data",
-                b"\xc4\x04kind",
-            ]
-        ),
-        max_size=40,
-    )
+_garbage_chunks = st.lists(
+    st.sampled_from(
+        [
+            b"\x91",
+            b"\x81",
+            b"\xdd\xff\xff\xff\xff",
+            b"\xdc\x27\x10",
+            b"\xc4\x03",
+            b"\xa3",
+            b"\xc1",
+            b"\xd4\x01",
+            b"\x00",
+            b"\xc3",
+            b"\xcb",
+            struct.pack(">d", 1.0),
+            b"\xc4\x02nd",
+            b"\xa4type",
+            b"\xa3|O",
+            b"\x82\xac__fraction__\xc3\xa6as_str",
+            b"\x85",
+            b"\xc4\x05shape",
+            b"\xc4\x04data",
+            b"\xc4\x04kind",
+        ]
+    ),
+    max_size=40,
 )
+
+
+@settings(max_examples=300, deadline=None)
+@given(_garbage_chunks)
 def test_structured_garbage_decodes_or_raises_decode_error(chunks):
     data = b"".join(chunks)
     try:
         codec.decode(data, CMD)
     except DecodeError:
         pass
+
+
+def _decided(data: bytes) -> object:
+    try:
+        return ("decoded", codec.decode(data, CMD))
+    except DecodeError:
+        return "refused"
+
+
+@settings(max_examples=500, deadline=None)
+@given(_garbage_chunks)
+def test_a_message_too_shallow_for_the_walk_is_decided_as_the_walk_decides(chunks):
+    """decode skips the structure walk for a message with no more possible container headers than
+    the nesting limit: msgpack, bounded by the message's size, must then decide as the walk would."""
+    data = b"".join(chunks)
+    skipped = _decided(data)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(codec, "_may_nest_deeper_than", lambda data, max_depth: True)
+        walked = _decided(data)
+    assert repr(skipped) == repr(walked)  # repr: NaN payloads compare equal too
+
+
+def test_header_like_bytes_in_data_take_the_walk_and_still_decode():
+    message = {"payload": {"blob": bytes(range(0x80, 0xA0)) * 4, "n": [0xDC, 0xDD]}}
+    data = codec.encode(message)
+    assert codec._may_nest_deeper_than(data, CMD.max_depth)
+    assert codec.decode(data, CMD) == message
+    shallow = codec.encode({"type": "FLATLAND_RL.ENV_STEP", "payload": {"action": 1}})
+    assert not codec._may_nest_deeper_than(shallow, CMD.max_depth)
 
 
 _int64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)

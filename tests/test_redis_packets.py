@@ -81,15 +81,14 @@ def test_an_exception_in_the_middle_of_a_read_closes_the_connection_so_no_reply_
     packets, redis_conn, monkeypatch
 ):
     first_id = packets.run([("CLIENT", "ID")])[0]
-    connection = packets._connection
-    real_read = connection.read_response
+    real_read = packets._reply
     reads = []
 
     def read_then_interrupt(*args, **kwargs):
         reads.append(real_read(*args, **kwargs))
         raise Interrupt
 
-    monkeypatch.setattr(connection, "read_response", read_then_interrupt)
+    monkeypatch.setattr(packets, "_reply", read_then_interrupt)
     with pytest.raises(Interrupt):
         packets.run([("ECHO", "one"), ("ECHO", "two")])
     monkeypatch.undo()

@@ -137,6 +137,8 @@ _PLAIN_SCALARS = (str, int, float, bool, type(None))
 def plain(value: Any, _depth: int = 0) -> Any:
     """A value made of what the wire carries (maps, lists, scalars, plain numpy), so an env's
     ``info`` never breaks a reply: anything else travels as its ``repr``."""
+    if type(value) is dict and not value:  # most envs' info on most steps
+        return {}
     if isinstance(value, _PLAIN_SCALARS) or _depth > 16:
         return value if isinstance(value, _PLAIN_SCALARS) else repr(value)
     if isinstance(value, np.ndarray):
