@@ -153,20 +153,33 @@ def encode(message: Any, wire: str = MSGPACK) -> bytes:
     raise ValueError(f"unknown wire format {wire!r}")
 
 
-def _numpy_from_map(obj: dict) -> Any:
-    dtype_str = obj.get(b"type")
-    if isinstance(dtype_str, bytes):
-        dtype_str = dtype_str.decode("ascii", "replace")
-    if (
-        obj.get(b"kind", b"") not in (b"", "")
-        or not isinstance(dtype_str, str)
-        or not _PLAIN_DTYPE_RE.fullmatch(dtype_str)
-    ):
+# Plain dtypes seen so far, by their wire name (str or bytes): a DIAMBRA observation holds a
+# dozen arrays. Bounded: only names that _PLAIN_DTYPE_RE accepts get in (a few thousand at most).
+_PLAIN_DTYPES: dict[str | bytes, np.dtype] = {}
+
+
+def _plain_dtype(name: Any) -> np.dtype:
+    dtype_str = name.decode("ascii", "replace") if isinstance(name, bytes) else name
+    if not isinstance(dtype_str, str) or not _PLAIN_DTYPE_RE.fullmatch(dtype_str):
         raise DecodeError(f"numpy payload of unsupported dtype {dtype_str!r} (only plain dtypes are accepted)")
     try:
         dtype = np.dtype(dtype_str)
     except TypeError as exc:
         raise DecodeError(f"bad numpy dtype {dtype_str!r}") from exc
+    _PLAIN_DTYPES[name] = dtype
+    return dtype
+
+
+def _numpy_from_map(obj: dict) -> Any:
+    if obj.get(b"kind", b"") not in (b"", ""):
+        raise DecodeError(
+            f"numpy payload of unsupported dtype {obj.get(b'type')!r} of kind {obj[b'kind']!r} (only plain dtypes are "
+            "accepted)"
+        )
+    name = obj.get(b"type")
+    dtype = _PLAIN_DTYPES.get(name) if type(name) in (str, bytes) else None
+    if dtype is None:
+        dtype = _plain_dtype(name)
     data = obj.get(b"data")
     if not isinstance(data, bytes):
         raise DecodeError("numpy payload without bytes data")

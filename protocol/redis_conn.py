@@ -63,6 +63,7 @@ class Packets:
         # ``recv_into(sock, buffer, fresh)`` does (the client's ``SpinWait``, which polls first).
         self._waiter = waiter
         self._connection: Any = None
+        self._unread = 0  # replies of sent commands not read yet (``send``)
         self._pid = os.getpid()
 
     def read_in_chunks_of(self, size: int) -> None:
@@ -73,11 +74,26 @@ class Packets:
         kwargs = {**pool.connection_kwargs, "socket_read_size": size}
         self._pool = redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
 
+    @property
+    def unread(self) -> int:
+        """Replies of sent commands that no ``run`` has read yet."""
+        return self._unread
+
+    def send(self, commands: Sequence[tuple[Any, ...]]) -> None:
+        """Write ``commands`` now and read their replies with the next ``run``'s: what must reach
+        Redis at once (a reply an agent waits for) without waiting for Redis's answer."""
+        self._exchange(commands, read=False)
+
     def run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
+        """Write ``commands`` and return their replies (read after those of earlier sends)."""
+        return self._exchange(commands, read=True)
+
+    def _exchange(self, commands: Sequence[tuple[Any, ...]], read: bool) -> list[Any]:
         if self._pid != os.getpid():
             # A forked child never writes on its parent's socket (nor shuts it down): it leaves
             # the inherited connection alone and opens its own, as redis-py's pool does.
             self._connection = None
+            self._unread = 0
             self._pid = os.getpid()
         connection = self._connection
         if connection is None:
@@ -85,24 +101,34 @@ class Packets:
         try:
             if connection._sock is None:  # closed after a failure: connect again
                 connection.connect()
+                self._unread = 0
             sock = connection._sock
-            for piece in packed(commands):
-                sock.sendall(piece)
+            if commands:
+                for piece in packed(commands):
+                    sock.sendall(piece)
+            if not read:
+                self._unread += len(commands)
+                return []
             parser = connection._parser
-            replies = [self._reply(sock, parser) for _ in commands]
+            replies = [self._reply(sock, parser) for _ in range(self._unread + len(commands))]
+            self._unread = 0
         except TimeoutError as exc:  # the socket's timeout: Redis hung
-            connection.disconnect()
+            self._lost(connection)
             raise redis.TimeoutError(f"Timeout talking to Redis at {connection._host_error()}") from exc
         except OSError as exc:
-            connection.disconnect()
+            self._lost(connection)
             raise redis.ConnectionError(f"Error talking to Redis at {connection._host_error()}: {exc}") from exc
         except BaseException:
-            connection.disconnect()
+            self._lost(connection)
             raise
         for reply in replies:
             if isinstance(reply, redis.ResponseError):  # read whole, like the replies after it
                 raise reply
-        return replies
+        return replies[len(replies) - len(commands) :]
+
+    def _lost(self, connection: Any) -> None:
+        connection.disconnect()
+        self._unread = 0  # gone with the connection
 
     def _reply(self, sock: Any, parser: Any) -> Any:
         """The next reply (an error reply as its exception, not raised), read from ``sock`` as far

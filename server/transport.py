@@ -84,9 +84,13 @@ class RedisTransport:
         self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
         self.downtime_s = 0.0
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
-        # Replies not sent yet: they go out in the packet of the next Redis call, ahead of it (the
-        # next wait, usually), so answering a request costs no round trip of its own.
-        self._replies: list[tuple[str, bytes]] = []
+        # Replies are written as soon as they are given (``reply``) and confirmed by Redis's
+        # acknowledgements, which are read with the next packet's replies: answering a request
+        # costs no round trip of its own. Until confirmed, a reply is kept: a packet that fails
+        # sends every unconfirmed reply again (a reply list may then hold a duplicate, which its
+        # client never reads and which expires).
+        self._replies: list[tuple[str, bytes]] = []  # not written yet, or written on a lost connection
+        self._unconfirmed: list[tuple[str, bytes]] = []  # written, acknowledgement not read yet
         # Plain attributes, not a threading.Event: a signal handler sets and reads them, and one
         # that took a lock the interrupted code held would deadlock.
         self.stop_requested = False
@@ -183,7 +187,8 @@ class RedisTransport:
         While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
         ``idle_work()`` runs first."""
         if self._batch:
-            self.flush()  # a reply must not wait for a batch to be worked through
+            if self._replies:  # one whose write failed must not wait for a batch to be worked through
+                self.flush()
             return self._batch.popleft()
         outages = self.outages
         while not (self.stop_requested or should_stop()):
@@ -215,35 +220,65 @@ class RedisTransport:
 
         Redis runs a blocked client's next command only once the block ends, so the RPOP sent
         in the same packet takes the commands that were queued when the BRPOP returned."""
-        commands = self._reply_commands()
-        commands += [("BRPOP", self.commands_key, round(block_s, 3)), ("RPOP", self.commands_key, POP_BATCH - 1)]
-        found, rest = self.packets.run(commands)[-2:]
-        self._replies.clear()
+        found, rest = self._run_after_replies(
+            [("BRPOP", self.commands_key, round(block_s, 3)), ("RPOP", self.commands_key, POP_BATCH - 1)]
+        )
         taken = [found[1]] if found is not None else []
         taken.extend(rest or ())
         return taken
 
     def _take_nowait(self) -> list[bytes]:
-        commands = self._reply_commands() + [("RPOP", self.commands_key, POP_BATCH)]
-        taken = self.packets.run(commands)[-1]
-        self._replies.clear()
+        (taken,) = self._run_after_replies([("RPOP", self.commands_key, POP_BATCH)])
         return taken or []
+
+    def _run_after_replies(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+        """``commands`` in one packet behind the replies not written yet, reading the
+        acknowledgements of those written before; their replies. Every reply is confirmed when
+        this returns; when it fails, every unconfirmed reply is to be sent again."""
+        try:
+            replies = self.packets.run(self._reply_commands() + commands)
+        except BaseException:
+            self._replies[:0] = self._unconfirmed
+            self._unconfirmed.clear()
+            raise
+        self._replies.clear()
+        self._unconfirmed.clear()
+        return replies[len(replies) - len(commands) :]
 
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""
-        self.flush()
+        if self._replies:
+            self.flush()
         return int(self._call(lambda: self.redis.llen(self.commands_key))) + len(self._batch)
 
     def pop_nowait(self) -> bytes | None:
-        self.flush()
+        if self._replies:
+            self.flush()
         if self._batch:
             return self._batch.popleft()
         return self._call(lambda: self.redis.rpop(self.commands_key))
 
     def reply(self, channel: str, message: bytes) -> None:
-        """Answer a request: sent ahead of the next Redis call, in its packet (``flush`` sends it
-        alone). Every path out of the service loop's turn makes a Redis call or flushes."""
+        """Answer a request: written at once, so that Redis passes it on to the waiting agent
+        while the evaluator finishes its turn; Redis's acknowledgement is read with the next
+        Redis call's replies. A write that fails leaves the reply to go out ahead of the next
+        Redis call, in its packet (which rides out the outage); a hung Redis's time spent on
+        the write is downtime, and a stop ends the write at once (``interrupt_wait``)."""
         self._replies.append((channel, message))
+        self._waiting_thread = threading.get_ident()
+        started = time.monotonic()
+        try:
+            self.packets.send(self._reply_commands())
+            self._unconfirmed += self._replies
+            self._replies.clear()
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            # The connection is gone, and with it whatever it had not confirmed: all of it goes again.
+            self._replies[:0] = self._unconfirmed
+            self._unconfirmed.clear()
+            if isinstance(exc, redis.TimeoutError):
+                self.downtime_s += time.monotonic() - started
+        finally:
+            self._waiting_thread = None
 
     def _reply_commands(self) -> list[tuple[Any, ...]]:
         commands: list[tuple[Any, ...]] = []
@@ -252,25 +287,22 @@ class RedisTransport:
         return commands
 
     def flush(self) -> None:
-        if not self._replies:
-            return
-
-        def send() -> None:
-            self.packets.run(self._reply_commands())
-            self._replies.clear()
-
-        self._call(send)
+        """Send the replies whose write failed (riding out the outage), and read what Redis made
+        of every reply sent: once this returns, each is in its list."""
+        if self._replies or self._unconfirmed:
+            self._call(lambda: self._run_after_replies([]))
 
     def flush_last(self) -> None:
         """The replies of the evaluation's last turn (ENV_SUBMIT's): one attempt, no riding out
         an outage, since the evaluation has ended."""
-        if not self._replies or self.stop_requested:  # a stop is obeyed at once, whatever is pending
+        if not (self._replies or self._unconfirmed) or self.stop_requested:  # a stop is obeyed at once
             return
         try:
-            self.packets.run(self._reply_commands())
+            self._run_after_replies([])
         except (StopRequested, redis.RedisError) as exc:
             log.warning("the last reply could not be sent: %s", exc)
         self._replies.clear()
+        self._unconfirmed.clear()
 
     def push_error(self, message: bytes) -> None:
         self.flush()  # a reply to an earlier request goes first, as it was decided first

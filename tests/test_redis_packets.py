@@ -158,3 +158,31 @@ def test_reading_in_larger_chunks_moves_to_a_new_connection_that_reads_large_rep
     assert replies[0] != first_id and replies[1:] == [1, frame]
     # the old connection was closed (Redis notices a closed socket on its own time)
     wait_for(lambda: first_id not in [int(client["id"]) for client in redis_conn.client_list()], what="the close")
+
+
+def test_sent_commands_are_read_with_the_next_run_which_returns_only_its_own_replies(packets, redis_conn):
+    packets.send([("RPUSH", "sent", b"a"), ("EXPIRE", "sent", 600)])
+    assert packets.unread == 2
+    assert redis_conn.lrange("sent", 0, -1) == [b"a"]  # in Redis before anything was read
+    assert packets.run([("LLEN", "sent"), ("ECHO", "own")]) == [1, b"own"]
+    assert packets.unread == 0
+    assert packets.run([]) == [] and packets.unread == 0
+
+
+def test_an_error_reply_to_a_sent_command_is_raised_by_the_next_run_after_reading_everything(packets, redis_conn):
+    redis_conn.set("text", "not a list")
+    packets.send([("RPUSH", "text", b"x")])
+    with pytest.raises(redis.ResponseError, match="WRONGTYPE"):
+        packets.run([("ECHO", "after")])
+    assert packets.unread == 0
+    assert packets.run([("ECHO", "clean")]) == [b"clean"]  # no reply of the failed run is left over
+
+
+def test_a_lost_connection_forgets_the_unread_replies_and_the_next_run_reconnects(packets, redis_conn):
+    first_id = packets.run([("CLIENT", "ID")])[0]
+    packets.send([("ECHO", "never read")])
+    redis_conn.client_kill_filter(_id=first_id)
+    with pytest.raises(redis.ConnectionError):
+        packets.run([("ECHO", "lost")])
+    assert packets.unread == 0
+    assert packets.run([("ECHO", "back")]) == [b"back"]

@@ -65,3 +65,36 @@ def test_nothing_queued_returns_none_after_the_deadline_and_takes_nothing_later(
     redis_conn.lpush(keys.commands_key(service_id), b"after")
     assert transport.queued() == 1  # left in Redis for the next pop, not swallowed
     assert transport.pop(time.monotonic() + 5.0) == b"after"
+
+
+def test_a_reply_is_in_redis_as_soon_as_it_is_given_and_its_acknowledgement_rides_the_next_packet(
+    transport, redis_conn, service_id
+):
+    channel = keys.response_key(service_id, "a" * 32)
+    transport.reply(channel, b"answer")
+    # No other call of the transport yet: the reply was written at once, and Redis stored it.
+    assert redis_conn.blpop([channel], timeout=5) == (channel.encode(), b"answer")
+    assert transport.packets.unread == 2  # RPUSH and EXPIRE, read with the next packet's replies
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 5.0) == b"next"
+    assert transport.packets.unread == 0
+
+
+def test_a_reply_whose_write_fails_goes_out_with_the_next_packet(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "b" * 32)
+    first_id = transport.packets.run([("CLIENT", "ID")])[0]
+    redis_conn.client_kill_filter(_id=first_id)  # Redis hangs up: the write or its reading fails
+    transport.reply(channel, b"kept")
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 5.0) == b"next"
+    assert redis_conn.lrange(channel, 0, -1) in ([b"kept"], [b"kept", b"kept"])  # written once, or again
+    assert transport.packets.unread == 0 and not transport._replies
+
+
+def test_push_error_follows_the_replies_given_before_it(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "c" * 32)
+    transport.reply(channel, b"first")
+    transport.push_error(b"then the error")
+    assert transport.packets.unread == 0  # Redis had stored the reply before the error was pushed
+    assert redis_conn.lrange(channel, 0, -1) == [b"first"]
+    assert redis_conn.lrange(keys.errors_key(service_id), 0, -1) == [b"then the error"]
