@@ -22,6 +22,7 @@ evaluation has none left, ``reset()`` returns the last observation with ``env_do
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 import gymnasium
@@ -29,6 +30,7 @@ import gymnasium
 from arbiter.protocol.errors import ArbiterError, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
+from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
 from arbiter.protocol.spaces import data_bytes, space_from_wire
 
 from .wire import Wire
@@ -46,17 +48,23 @@ class RemoteEnv(gymnasium.Env):
         *,
         reply_timeout_s: float | None = None,
         spin_us: float | None = None,
+        shared_frames: bool | None = None,
     ):
         super().__init__()
         self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s, spin_us=spin_us)
-        self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}")
+        if shared_frames is None:
+            shared_frames = os.environ.get("ARBITER_SHARED_FRAMES", "1").strip() != "0"
+        asks = {"frames": SHARED} if shared_frames else None
+        self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}", asks=asks)
+        self.frames = self._map_frames(self.server_info.get("frames"))
+        self._step_asks = {"reply": True, "frames": SHARED} if self.frames is not None else {"reply": True}
         if "spaces" not in self.server_info:
             raise ArbiterError(
                 "this evaluator keeps no env on the server (a Flatland evaluation): use arbiter.client.RemoteClient"
             )
         self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
         self.action_space = space_from_wire(self.server_info["spaces"]["action"])
-        if data_bytes(self.observation_space) > LARGE_ARGUMENT:  # frames: every reply is large
+        if data_bytes(self.observation_space) > LARGE_ARGUMENT and self.frames is None:  # every reply is large
             self.wire.packets.read_in_chunks_of(LARGE_READ_CHUNK)
         self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))
         self.next_item: int = int(self.server_info.get("next", 0))  # where the evaluation stands
@@ -66,6 +74,18 @@ class RemoteEnv(gymnasium.Env):
         self._stage: dict[str, Any] | None = None
         self._stage_over = False
         self._ignored_seed_warned = False
+
+    @staticmethod
+    def _map_frames(offer: Any) -> SharedFramesReader | None:
+        """The evaluator's shared frames segment, if it offered one that this process can map
+        (protocol/shared_frames.py); else None, and large arrays come through Redis."""
+        if offer is None:
+            return None
+        try:
+            return SharedFramesReader(offer)
+        except (OSError, ArbiterError) as exc:  # another machine or container: nothing is lost
+            log.info("observations come through Redis: the evaluator's shared frames are out of reach (%s)", exc)
+            return None
 
     # -- stages (used by runners that follow the plan, e.g. arbiter.client.reinforcelab) --------
 
@@ -90,11 +110,11 @@ class RemoteEnv(gymnasium.Env):
             self._ignored_seed_warned = True
         if self._stage_over and self.episode.get("stage") == "train":
             raise StopIteration("the evaluator ended this training run")
-        payload: dict[str, Any] = {}
+        asks: dict[str, Any] = {"frames": SHARED} if self.frames is not None else {}
         expected = self._expected_item()
         if expected is not None:
-            payload[EXTENSION_KEY] = {"item": expected}
-        body = self.wire.request(FLATLAND_RL.ENV_CREATE, payload)["payload"]
+            asks["item"] = expected
+        body = self.wire.request(FLATLAND_RL.ENV_CREATE, {EXTENSION_KEY: asks} if asks else {})["payload"]
         ext = extension(body)
         if ext.get("finished"):
             self.finished = True
@@ -108,7 +128,8 @@ class RemoteEnv(gymnasium.Env):
         info = dict(body.get("info") or {})
         info[EXTENSION_KEY] = self.episode
         info.setdefault("env_done", False)
-        self._last_observation = body.get("observation")
+        observation = body.get("observation")
+        self._last_observation = observation if self.frames is None else self.frames.restore(observation)
         return self._last_observation, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
@@ -116,13 +137,15 @@ class RemoteEnv(gymnasium.Env):
             raise StopIteration("the evaluator ended this training run")
         if not self.episode:
             raise OutOfOrder("step() before reset(): there is no running episode")
-        body = self.wire.request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: {"reply": True}})["payload"]
+        asks = self._step_asks
+        body = self.wire.request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: asks})["payload"]
         ext = extension(body)
         self._stage_over = bool(ext.get("stage_over"))
         info = dict(body.get("info") or {})
         if ext:
             info[EXTENSION_KEY] = ext
-        self._last_observation = body["observation"]
+        observation = body["observation"]
+        self._last_observation = observation if self.frames is None else self.frames.restore(observation)
         return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
 
     def submit(self) -> dict[str, Any]:
@@ -131,4 +154,7 @@ class RemoteEnv(gymnasium.Env):
 
     def close(self) -> None:
         self.wire.close()
+        if self.frames is not None:
+            self.frames.close()
+            self.frames = None
         super().close()

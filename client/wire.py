@@ -104,21 +104,25 @@ class Wire:
 
     # -- the handshake ----------------------------------------------------------------------
 
-    def handshake(self, version: str) -> dict[str, Any]:
+    def handshake(self, version: str, asks: dict[str, Any] | None = None) -> dict[str, Any]:
         """PING / PONG as a new client; returns ``server_info``. Timeouts already on the errors
         list were posted for an earlier client (one that crashed, or ran before a ``--resume``):
         this one has played nothing yet. They are dropped before the PING and again after the
         PONG, by which time the evaluator has dealt with whatever that client left running."""
         self._discard_pending_errors()
-        self.ping(version, raise_pending=False)
+        self.ping(version, raise_pending=False, asks=asks)
         self._discard_pending_errors()
         return self.server_info
 
-    def ping(self, version: str, *, raise_pending: bool = True) -> dict[str, Any]:
+    def ping(self, version: str, *, raise_pending: bool = True, asks: dict[str, Any] | None = None) -> dict[str, Any]:
         """PING; resent while the evaluator is not up yet, and while another client is bound to
         the evaluation until this one may take over (see server/clients.py), within
-        ``reply_timeout_s``. Returns the PONG's extension, kept as ``server_info``."""
-        response = self.request(FLATLAND_RL.PING, {"version": version}, raise_pending=raise_pending)
+        ``reply_timeout_s``. ``asks``: extension fields for the evaluator (shared frames).
+        Returns the PONG's extension, kept as ``server_info``."""
+        payload: dict[str, Any] = {"version": version}
+        if asks:
+            payload[EXTENSION_KEY] = dict(asks)
+        response = self.request(FLATLAND_RL.PING, payload, raise_pending=raise_pending)
         if response["type"] != FLATLAND_RL.PONG:
             raise ArbiterError(f"handshake failed: expected PONG, got {response['type']!r}")
         self.server_info = extension(response.get("payload"))

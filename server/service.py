@@ -30,6 +30,7 @@ from arbiter.protocol.messages import FLATLAND_RL, error_reply, extension
 
 from .clients import HANDSHAKES, ClientGate, Verdict, other_client_reply
 from .evaluation import Evaluation
+from .frame_sharing import FrameSharing
 from .transport import RedisTransport, RedisUnavailable, StopRequested
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class EvaluatorService:
         self._agent_gone = threading.Event()
         self._agent_status: int | None = None
         self.clock = time.monotonic
+        self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
         self.dispatch: dict[str, Callable[[dict[str, Any], float], dict[str, Any] | None]] = {
             FLATLAND_RL.PING: evaluation.on_ping,
             FLATLAND_RL.ENV_CREATE: evaluation.on_create,
@@ -149,6 +151,7 @@ class EvaluatorService:
                 evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
+        self.frames.close()
         return evaluation.summary()
 
     def _serve_once(self) -> bool:
@@ -270,7 +273,7 @@ class EvaluatorService:
                         raise EvaluationError(self.evaluation.termination_cause)
                 if admission.lost and not self._lost_in_outage(type_, admission.lost, now):
                     return
-                response = handler(payload, now)
+                response = self.frames.applied(type_, payload, handler(payload, now))
         except ArbiterError as exc:
             counters[f"errors_{exc.code.lower()}"] += 1
             log.warning("request %s refused: %s", str(type_)[:80], exc)

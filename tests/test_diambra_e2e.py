@@ -233,13 +233,14 @@ def test_the_benchmark_plays_the_same_episodes_in_process_and_through_remote_env
 
 @pytest.mark.parametrize(("frame", "large"), [("frame_shape=[0, 0, 0]", True), (SMALL, False)])
 def test_native_frames_arrive_whole_and_are_read_in_large_chunks(redis_url, service_id, tmp_path, frame, large):
+    """Through Redis (no shared frames: see tests/test_shared_frames.py for those)."""
     competition = load_competition("diambra", ["game=doapp", "difficulty=easy", "episodes=1", frame, "seed=5"])
     results = str(tmp_path / "r")
     with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
         service,
         outcome,
     ):
-        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, shared_frames=False)
         frame_space = env.observation_space["frame"]
         assert (frame_space.shape[:2] == (480, 512)) is large  # doapp's native frame, or the small one
         # a client whose observations are frames reads its replies 1 MiB at a time (hiredis parses

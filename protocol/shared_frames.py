@@ -1,0 +1,179 @@
+"""Large observation arrays (game frames) through shared memory, when the agent runs on the
+evaluator's machine; everything else still travels through Redis.
+
+A 480×512×3 DIAMBRA frame through Redis is copied about ten times on its way (into the message,
+the socket, Redis, its reply buffers, the agent's socket, hiredis, msgpack, numpy) and makes the
+evaluator and Redis wait on each other's socket buffers: 1.6 ms a step. Through shared memory it
+is copied twice (by the evaluator into the segment, by the agent out of it), the way Gymnasium's
+``AsyncVectorEnv`` passes observations to its workers.
+
+How the two sides agree (all under the ``"arbiter"`` extension key):
+
+1. The agent's PING says ``"frames": "shared"``. An evaluator whose observations hold arrays of
+   ``LARGE_ARRAY_BYTES`` or more creates a segment: a file in ``/dev/shm`` that only its user may
+   open, of a header and two slots, each big enough for one observation's large arrays. Its
+   PONG names it: ``"frames": {"path", "size", "token"}``.
+2. The agent maps the file read-only and checks the header's token (the file it opened is this
+   evaluation's). From then on, every ENV_CREATE and ENV_STEP it sends says ``"frames":
+   "shared"``. An agent that cannot (another machine, another container, no ``/dev/shm``) never
+   says so, and gets every array inline as before.
+3. To a request that says so, the evaluator answers with each large array of the observation
+   written into the next slot and replaced by ``{"__shared__": [offset, nbytes], "dtype",
+   "shape"}``; the agent copies it out. The first such request tells the evaluator the file is
+   mapped: it unlinks it, so nothing is left behind whatever happens to either process.
+
+Slots alternate: the agent has copied a reply's arrays before it sends the request whose reply
+reuses that slot, and a resent request gets its cached reply, whose slot is still intact. The
+evaluator never reads the segment, so an agent can change nothing through it.
+"""
+
+from __future__ import annotations
+
+import math
+import mmap
+import os
+import secrets
+from typing import Any
+
+import numpy as np
+
+from .errors import ArbiterError
+
+PLACEHOLDER_KEY = "__shared__"
+SHARED = "shared"  # the value of "frames" in requests that take shared arrays
+LARGE_ARRAY_BYTES = 64 * 1024  # smaller arrays travel inline: a copy costs less than the bookkeeping
+SHM_DIR = "/dev/shm"
+_HEADER = 64  # bytes before the first slot: the token
+_TOKEN_BYTES = 16
+_ALIGN = 64
+
+
+def large_array_bytes(space: Any) -> int:
+    """The bytes of the arrays of ``LARGE_ARRAY_BYTES`` or more in one observation of ``space``."""
+    kind = type(space).__name__
+    if kind == "Dict":
+        return sum(large_array_bytes(member) for member in space.spaces.values())
+    if kind == "Tuple":
+        return sum(large_array_bytes(member) for member in space.spaces)
+    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
+    if not shape or dtype is None:
+        return 0
+    size = math.prod(shape) * dtype.itemsize
+    return size if size >= LARGE_ARRAY_BYTES else 0
+
+
+def _aligned(n: int) -> int:
+    return -(-n // _ALIGN) * _ALIGN
+
+
+class SharedFramesWriter:
+    """The evaluator's side: one segment, written into and offered to one client at a time."""
+
+    def __init__(self, slot_bytes: int, directory: str = SHM_DIR):
+        self.slot_bytes = _aligned(slot_bytes)
+        self.size = _HEADER + 2 * self.slot_bytes
+        self.token = secrets.token_hex(_TOKEN_BYTES)
+        self.path: str | None = os.path.join(directory, f"arbiter-frames-{secrets.token_hex(12)}")
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.ftruncate(fd, self.size)
+            self._map = mmap.mmap(fd, self.size)
+        except BaseException:
+            os.unlink(self.path)
+            raise
+        finally:
+            os.close(fd)
+        self._map[:_TOKEN_BYTES] = bytes.fromhex(self.token)
+        self._bytes = np.frombuffer(self._map, dtype=np.uint8)
+        self._slot = 0
+
+    def offer(self) -> dict[str, Any]:
+        return {"path": self.path, "size": self.size, "token": self.token}
+
+    def claimed(self) -> None:
+        """The client mapped the segment: its name is no longer needed."""
+        if self.path is not None:
+            try:
+                os.unlink(self.path)
+            except FileNotFoundError:
+                pass
+            self.path = None
+
+    def share(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """``payload`` with its observation's large arrays moved into the next slot."""
+        observation = payload.get("observation")
+        start = _HEADER + self._slot * self.slot_bytes
+        cursor = [start, start + self.slot_bytes]
+        shared = self._move(observation, cursor)
+        if shared is observation:
+            return payload
+        self._slot ^= 1
+        return {**payload, "observation": shared}
+
+    def _move(self, value: Any, cursor: list[int]) -> Any:
+        if isinstance(value, np.ndarray):
+            nbytes = value.nbytes
+            if nbytes < LARGE_ARRAY_BYTES or value.dtype.kind not in "biufc" or cursor[0] + nbytes > cursor[1]:
+                return value
+            offset = cursor[0]
+            self._bytes[offset : offset + nbytes] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+            cursor[0] = _aligned(offset + nbytes)
+            return {PLACEHOLDER_KEY: [offset, nbytes], "dtype": value.dtype.str, "shape": list(value.shape)}
+        if isinstance(value, dict):
+            moved = {k: self._move(v, cursor) for k, v in value.items()}
+            return value if all(moved[k] is value[k] for k in value) else moved
+        if isinstance(value, (list, tuple)):
+            items = [self._move(v, cursor) for v in value]
+            return value if all(a is b for a, b in zip(items, value, strict=True)) else items
+        return value
+
+    def close(self) -> None:
+        self.claimed()
+        self._bytes = None  # type: ignore[assignment]  # the buffer export must go before the map closes
+        self._map.close()
+
+
+class SharedFramesReader:
+    """The client's side: the segment an evaluator offered, mapped read-only."""
+
+    def __init__(self, offer: Any):
+        if not isinstance(offer, dict):
+            raise ArbiterError("no shared frames offered")
+        path, size, token = offer.get("path"), offer.get("size"), offer.get("token")
+        if not (isinstance(path, str) and isinstance(size, int) and isinstance(token, str)):
+            raise ArbiterError(f"a malformed shared frames offer: {offer!r}"[:200])
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_size != size:
+                raise ArbiterError(f"{path} is not the segment offered (its size differs)")
+            self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        if self._map[:_TOKEN_BYTES].hex() != token:
+            self._map.close()
+            raise ArbiterError(f"{path} is not the segment offered (its token differs)")
+        self._size = size
+
+    def restore(self, value: Any) -> Any:
+        """``value`` with every placeholder replaced by a copy of its array."""
+        if isinstance(value, dict):
+            where = value.get(PLACEHOLDER_KEY)
+            if where is not None:
+                return self._array(where, value)
+            return {k: self.restore(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [self.restore(v) for v in value]
+        return value
+
+    def _array(self, where: Any, spec: dict[str, Any]) -> np.ndarray:
+        offset, nbytes = where
+        dtype = np.dtype(spec["dtype"])
+        shape = tuple(spec["shape"])
+        if offset < _HEADER or offset + nbytes > self._size or math.prod(shape) * dtype.itemsize != nbytes:
+            raise ArbiterError(f"a shared array outside its segment: {where!r}")
+        return (
+            np.frombuffer(self._map, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset).reshape(shape).copy()
+        )
+
+    def close(self) -> None:
+        self._map.close()

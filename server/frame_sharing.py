@@ -1,0 +1,57 @@
+"""The evaluator's side of shared frames (protocol/shared_frames.py): which client gets a segment,
+and which replies carry their large arrays through it. Format-agnostic: it reads the observation
+space the PONG sends and the ``observation`` of the replies that have one."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arbiter.protocol.errors import ArbiterError
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
+from arbiter.protocol.shared_frames import SHARED, SharedFramesWriter, large_array_bytes
+from arbiter.protocol.spaces import space_from_wire
+
+log = logging.getLogger(__name__)
+
+_WITH_OBSERVATIONS = frozenset({FLATLAND_RL.ENV_CREATE_RESPONSE, FLATLAND_RL.ENV_STEP_RESPONSE})
+
+
+class FrameSharing:
+    def __init__(self) -> None:
+        self.writer: SharedFramesWriter | None = None
+
+    def applied(self, type_: str, payload: dict[str, Any], response: dict[str, Any] | None) -> dict[str, Any] | None:
+        """``response`` to an applied request, as it goes to the client: a PONG that offers a
+        segment to a client that asked for one; an observation's large arrays in the segment for
+        a client that says it mapped it."""
+        if response is None or extension(payload).get("frames") != SHARED:
+            return response
+        if type_ == FLATLAND_RL.PING and response.get("type") == FLATLAND_RL.PONG:
+            return self._offer(response)
+        writer = self.writer
+        if writer is None or response.get("type") not in _WITH_OBSERVATIONS:
+            return response
+        writer.claimed()
+        return {**response, "payload": writer.share(response["payload"])}
+
+    def _offer(self, pong: dict[str, Any]) -> dict[str, Any]:
+        body = extension(pong.get("payload"))
+        try:
+            slot_bytes = large_array_bytes(space_from_wire(body["spaces"]["observation"]))
+        except (KeyError, TypeError, ArbiterError):  # no env on the server (Flatland): nothing to share
+            return pong
+        if not slot_bytes:
+            return pong
+        self.close()  # a client's handshake: whoever had the last segment is gone
+        try:
+            self.writer = SharedFramesWriter(slot_bytes)
+        except OSError as exc:  # no /dev/shm, or it is full: the arrays go through Redis
+            log.info("observations go through Redis: no shared memory segment (%s)", exc)
+            return pong
+        return {**pong, "payload": {**pong["payload"], EXTENSION_KEY: {**body, "frames": self.writer.offer()}}}
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None

@@ -1,0 +1,166 @@
+"""protocol/shared_frames.py and its use by the evaluator and RemoteEnv: large observation arrays
+through shared memory for a client on the evaluator's machine, through Redis for any other, the
+same observations either way; the segment's name is gone once the client mapped it."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+import pytest
+import redis
+from harness import finish, running_service
+
+pytest.importorskip("diambra.arena", reason="the DIAMBRA extra is not installed")
+
+from arbiter.client import remote_env  # noqa: E402
+from arbiter.client.remote_env import RemoteEnv  # noqa: E402
+from arbiter.protocol.errors import ArbiterError  # noqa: E402
+from arbiter.protocol.shared_frames import (  # noqa: E402
+    LARGE_ARRAY_BYTES,
+    PLACEHOLDER_KEY,
+    SharedFramesReader,
+    SharedFramesWriter,
+)
+from arbiter.server.competition import load_competition, spec_from_dict  # noqa: E402
+
+NATIVE = ["game=doapp", "difficulty=easy", "episodes=1", "frame_shape=[0, 0, 0]", "seed=9"]
+
+
+def observation(k: int) -> dict[str, Any]:
+    return {
+        "frame": np.full((480, 512, 3), k, dtype=np.uint8),
+        "depth": np.arange(128 * 128, dtype=np.float32).reshape(128, 128) * k,
+        "P1": {"health": np.array([k], dtype=np.int16), "side": 1},
+        "stack": [np.zeros(3), "text"],
+    }
+
+
+def assert_same(restored: Any, original: Any) -> None:
+    if isinstance(original, np.ndarray):
+        assert isinstance(restored, np.ndarray) and restored.dtype == original.dtype
+        assert np.array_equal(restored, original) and restored.flags.writeable
+    elif isinstance(original, dict):
+        assert restored.keys() == original.keys()
+        for key in original:
+            assert_same(restored[key], original[key])
+    elif isinstance(original, list):
+        assert len(restored) == len(original)
+        for a, b in zip(restored, original, strict=True):
+            assert_same(a, b)
+    else:
+        assert restored == original
+
+
+def test_large_arrays_go_through_the_segment_and_come_back_equal(tmp_path):
+    writer = SharedFramesWriter(480 * 512 * 3 + 128 * 128 * 4, directory=str(tmp_path))
+    reader = SharedFramesReader(writer.offer())
+    try:
+        first = writer.share({"observation": observation(1), "reward": 1.0})
+        assert set(first["observation"]["frame"]) == {PLACEHOLDER_KEY, "dtype", "shape"}
+        assert PLACEHOLDER_KEY in first["observation"]["depth"]
+        assert isinstance(first["observation"]["P1"]["health"], np.ndarray)  # small: inline
+        second = writer.share({"observation": observation(2)})  # the other slot
+        assert second["observation"]["frame"][PLACEHOLDER_KEY] != first["observation"]["frame"][PLACEHOLDER_KEY]
+        assert_same(reader.restore(first["observation"]), observation(1))  # still intact
+        assert_same(reader.restore(second["observation"]), observation(2))
+        third = writer.share({"observation": observation(3)})  # first's slot again
+        assert third["observation"]["frame"][PLACEHOLDER_KEY] == first["observation"]["frame"][PLACEHOLDER_KEY]
+        assert_same(reader.restore(third["observation"]), observation(3))
+        small = {"observation": {"x": np.zeros(LARGE_ARRAY_BYTES // 8 - 1)}}
+        assert writer.share(small) is small
+    finally:
+        reader.close()
+        writer.close()
+    assert not list(tmp_path.iterdir())  # closing unlinks the segment
+
+
+def test_the_reader_refuses_a_file_that_is_not_the_segment_offered(tmp_path):
+    writer = SharedFramesWriter(LARGE_ARRAY_BYTES, directory=str(tmp_path))
+    try:
+        offer = writer.offer()
+        with pytest.raises(ArbiterError, match="token differs"):
+            SharedFramesReader({**offer, "token": "00" * 16})
+        with pytest.raises(ArbiterError, match="size differs"):
+            SharedFramesReader({**offer, "size": offer["size"] + 1})
+        with pytest.raises(FileNotFoundError):
+            SharedFramesReader({**offer, "path": str(tmp_path / "missing")})
+        with pytest.raises(ArbiterError, match="malformed"):
+            SharedFramesReader({"path": 5})
+        reader = SharedFramesReader(offer)
+        with pytest.raises(ArbiterError, match="outside its segment"):
+            reader.restore({PLACEHOLDER_KEY: [offer["size"] - 8, 64], "dtype": "|u1", "shape": [64]})
+        reader.close()
+        writer.claimed()
+        assert not os.path.exists(offer["path"])
+    finally:
+        writer.close()
+
+
+def redis_bytes_out(redis_conn: redis.Redis) -> int:
+    return int(redis_conn.info("stats")["total_net_output_bytes"])
+
+
+def play_native(redis_url, redis_conn, service_id, tmp_path, **env_kwargs) -> tuple[RemoteEnv, int, str | None]:
+    """Five steps of a native-frame DIAMBRA episode, each observation checked against the
+    evaluator's own; returns the env (closed), Redis's output bytes per step and the offer's path."""
+    competition = load_competition("diambra", NATIVE)
+    with running_service(competition, tests=None, results=str(tmp_path / "r"), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, **env_kwargs)
+        offer = env.server_info.get("frames")
+        observation, _ = env.reset()
+        before = redis_bytes_out(redis_conn)
+        for _ in range(5):
+            assert env.observation_space.contains(observation)
+            assert observation["frame"].shape == (480, 512, 3) and observation["frame"].flags.writeable
+            observation, *_ = env.step(env.action_space.sample())
+            evaluators = service.evaluation.current._last[0]  # it waits for the next step
+            assert_same(observation, evaluators)
+        per_step = (redis_bytes_out(redis_conn) - before) // 5
+        env.submit()
+        env.close()
+        assert finish(outcome)["state"] == "SUCCESS"
+    return env, per_step, offer["path"] if offer else None
+
+
+def test_a_local_client_gets_native_frames_through_shared_memory(redis_url, redis_conn, service_id, tmp_path):
+    env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
+    assert path is not None and path.startswith("/dev/shm/")
+    assert per_step < 20_000  # the 737,280-byte frame did not go through Redis
+    assert not os.path.exists(path)  # unlinked once the client had it mapped
+
+
+def test_a_client_that_cannot_map_the_segment_gets_frames_through_redis(
+    redis_url, redis_conn, service_id, tmp_path, monkeypatch
+):
+    def out_of_reach(offer: Any) -> None:
+        raise FileNotFoundError(offer["path"])  # what an agent in another container meets
+
+    monkeypatch.setattr(remote_env, "SharedFramesReader", out_of_reach)
+    env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
+    assert env.frames is None and path is not None
+    assert per_step > 480 * 512 * 3  # every reply carried its frame
+    assert not os.path.exists(path)  # the evaluator unlinked the unclaimed segment at the end
+
+
+def test_shared_frames_off_asks_for_no_segment(redis_url, redis_conn, service_id, tmp_path, monkeypatch):
+    monkeypatch.setenv("ARBITER_SHARED_FRAMES", "0")
+    env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
+    assert path is None and env.frames is None and per_step > 480 * 512 * 3
+
+
+def test_no_segment_for_small_observations(redis_url, service_id, tmp_path):
+    spec = spec_from_dict(
+        "small",
+        {"format": "two-phase", "seed": 3, "env_id": "CartPole-v1", "num_episodes": 1, "phase": 1,
+         "budgets": {"step_s": 5.0, "planning_s": 5.0, "idle_s": 10.0, "overall_s": 300.0}},
+    )  # fmt: skip
+    with running_service(spec, tests=None, results=str(tmp_path / "r"), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        assert "frames" not in env.server_info and env.frames is None and service.frames.writer is None
+        env.close()
+        service.request_stop("test over")
+        finish(outcome)
