@@ -41,7 +41,7 @@ from .errors import ArbiterError
 
 PLACEHOLDER_KEY = "__shared__"
 SHARED = "shared"  # the value of "frames" in requests that take shared arrays
-LARGE_ARRAY_BYTES = 64 * 1024  # smaller arrays travel inline: a copy costs less than the bookkeeping
+LARGE_ARRAY_BYTES = 16 * 1024  # smaller arrays travel inline (a 128×128 frame is 16 KiB: shared)
 SHM_DIR = "/dev/shm"
 _HEADER = 64  # bytes before the first slot: the token
 _TOKEN_BYTES = 16

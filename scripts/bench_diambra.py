@@ -2,7 +2,8 @@
 """Benchmark the DIAMBRA format's env in process and through RemoteEnv, on diambra-arena's engine mock.
 
     python scripts/bench_diambra.py [--game doapp] [--steps 3000] [--rounds 3] [--warmup 300]
-                                     [--shapes native,128x128] [--json PATH] [--profile DIR]
+                                     [--shapes native,128x128] [--tcp] [--frames-through-redis]
+                                     [--json PATH] [--profile DIR]
 
 For each frame shape (the game's native frame, 128×128 in colour, 128×128 grayscale) one
 deterministic agent (its action a pure function of the step number) plays ``--warmup`` untimed
@@ -15,7 +16,9 @@ steps, then ``--steps`` timed steps, resetting at each episode's end with the ev
   remote     ``arbiter.client.RemoteEnv`` against ``arbiter serve --competition diambra`` (a process
              of its own) over a redis-server this script starts (its unix socket, as ``arbiter
              run``; ``--tcp``: a free loopback port): every step's reply carries DIAMBRA's
-             observation (frame and RAM states).
+             observation (frame and RAM states), its large arrays through shared memory as for
+             any agent on the evaluator's machine (``--frames-through-redis``: all of it through
+             Redis, as for an agent in another container).
 
 Every run is a process of its own; the paths alternate within a round. Reported per shape: steps
 per second (median over rounds), the remote/in-process ratio (median of the per-round ratios;
@@ -134,7 +137,10 @@ def worker_local(args: argparse.Namespace) -> int:
 def worker_remote(args: argparse.Namespace) -> int:
     from arbiter.client.remote_env import RemoteEnv
 
-    env = RemoteEnv(redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=60)
+    env = RemoteEnv(
+        redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=60,
+        shared_frames=not args.frames_through_redis,
+    )  # fmt: skip
     seen: dict[str, Any] = {}
 
     def reset(episode: int) -> int | None:
@@ -191,6 +197,8 @@ class Bench:
         serve += ["--redis-url", self.redis_url, "--service-id", service_id, "--results", str(results), "--quiet"]
         agent = [sys.executable, str(HERE), "--worker", "remote", *self.options(shape),
                  "--redis-url", self.redis_url, "--service-id", service_id]  # fmt: skip
+        if self.args.frames_through_redis:
+            agent.append("--frames-through-redis")
         if profile_dir is not None:
             serve = bench_profile.wrap(serve, profile_dir / f"server-{label}.txt")
             agent = bench_profile.wrap(agent, profile_dir / f"agent-{label}.txt")
@@ -257,7 +265,7 @@ def print_table(report: dict[str, Any]) -> None:
         f"DIAMBRA benchmark — {cfg['game']} ({cfg['difficulty']}) on diambra-arena's engine mock, {cfg['steps']} "
         f"timed steps after {cfg['warmup']} per run, {cfg['rounds']} round(s); {machine['cpus']} CPUs, Python "
         f"{machine['python']}, arbiter {machine['arbiter_rev']}; load average at start {machine['loadavg_start']}; "
-        f"{cfg['transport']}"
+        f"{cfg['transport']}; frames: {cfg['frames']}"
     )
     header = (
         f"{'shape':<15} {'frame':>11} {'raw/s':>7} {'in-proc/s':>9} {'remote/s':>9} {'remote÷in':>9} "
@@ -327,6 +335,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     report = {
         "config": {
             "transport": transport_label(args.tcp),
+            "frames": "through Redis" if args.frames_through_redis else "large arrays through shared memory",
             "game": args.game,
             "difficulty": DIFFICULTY,
             "seed": SEED,
@@ -361,6 +370,11 @@ def main(argv: list[str] | None = None) -> int:
         "--shapes", help=f"only the shapes of {list(SHAPES)} named (or partly named) in this comma-separated list"
     )
     parser.add_argument("--tcp", action="store_true", help="loopback TCP, not the unix socket arbiter run uses")
+    parser.add_argument(
+        "--frames-through-redis",
+        action="store_true",
+        help="no shared frames: every frame through Redis, as for an agent in another container",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--profile", metavar="DIR", help="then one remote run per shape under py-spy: rankings")
     parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")

@@ -213,13 +213,14 @@ def test_a_frame_sized_request_is_refused_while_frame_sized_replies_flow(redis_u
     assert record["invalid_actions"] == 0 and redis_conn.llen(channel) == 0
 
 
-def test_the_benchmark_plays_the_same_episodes_in_process_and_through_remote_env(tmp_path):
+@pytest.mark.parametrize("through_redis", [False, True], ids=["shared-frames", "frames-through-redis"])
+def test_the_benchmark_plays_the_same_episodes_in_process_and_through_remote_env(tmp_path, through_redis):
     """scripts/bench_diambra.py, small: its remote runs (``arbiter serve`` and RemoteEnv over its own
     redis-server) must play exactly the in-process runs' episodes, or it exits 1."""
     out = tmp_path / "bench.json"
     done = subprocess.run(
         [sys.executable, "scripts/bench_diambra.py", "--steps", "300", "--warmup", "20", "--rounds", "1",
-         "--shapes", "gray", "--json", str(out)],
+         "--shapes", "gray", "--json", str(out), *(["--frames-through-redis"] if through_redis else [])],
         capture_output=True, text=True, cwd=REPO, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
@@ -227,7 +228,10 @@ def test_the_benchmark_plays_the_same_episodes_in_process_and_through_remote_env
     report = json.loads(out.read_text(encoding="utf-8"))
     gray = report["shapes"]["128x128 gray"]
     assert gray["frame_shape"] == [128, 128, 1] and gray["frame_bytes"] == 128 * 128
-    assert gray["redis_in_bytes_per_step"] > gray["frame_bytes"]  # every step's reply carried its frame
+    if through_redis:  # every step's reply carried its frame
+        assert gray["redis_in_bytes_per_step"] > gray["frame_bytes"] and "frames: through Redis" in done.stdout
+    else:  # the frames came through shared memory
+        assert gray["redis_in_bytes_per_step"] < gray["frame_bytes"] and "shared memory" in done.stdout
     assert all(rate > 0 for rate in gray["steps_per_s"].values())
 
 
