@@ -28,6 +28,10 @@ Payloads (every other format, the env is the server's):
                    done, step, invalid_actions, "arbiter": {"stage_over": bool, ...}}
     ENV_SUBMIT   {} → ENV_SUBMIT_RESPONSE {score, score_secondary, "arbiter": {"scores"}}
     any failure  → ERROR {"code": ..., "message": ...} (INVALID_ACTION: nothing was applied)
+    Shared frames (protocol/shared_frames.py): a PING with "arbiter": {"frames": "shared"} gets
+    "frames": {"path", "size", "token"} in its PONG when observations hold arrays of 16 KiB or
+    more; ENV_CREATE and ENV_STEP with "frames": "shared" get those arrays as
+    {"__shared__": [offset, nbytes], "dtype", "shape"}, their bytes in the segment.
 
 Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
 and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}, and
