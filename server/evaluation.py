@@ -388,9 +388,7 @@ class Evaluation(Endings):
         if not self.records:
             return None
         # Asked after every episode (progress line, events), between a step and the next reply:
-        # the primary alone, never the full aggregate with its bootstrap, and once per item.
-        # Records are only ever added (a restore replaces them with more), so their count says
-        # whether the score is still current.
+        # the primary alone, once per item (records are only added, so their count dates it).
         if self._running_score[0] != len(self.records):
             self._running_score = (len(self.records), self.rule.primary(self.records))
         return self._running_score[1]

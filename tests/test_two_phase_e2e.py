@@ -16,7 +16,7 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from harness import finish, read_episodes, read_summary, running_service, wait_for
+from harness import finish, read_episodes, read_summary, running_service, train_until_the_run_ends, wait_for
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import ConfigError, InvalidAction, TimeoutException
@@ -348,3 +348,36 @@ def test_run_connects_the_agent_over_the_embedded_redis_unix_socket_and_flatland
     assert read_summary(str(results))["state"] == "SUCCESS"
     socket_path = Path(url[len("unix://") : -len("?db=0")])
     assert not socket_path.parent.exists()  # the embedded Redis and its folder are gone
+
+
+def test_a_training_runs_episodes_are_announced_with_one_running_score(redis_url, service_id, tmp_path):
+    """A run's episodes are recorded together when it ends: each is announced (progress, events)
+    with the score so far, which is computed once for them all, not once per episode."""
+    competition = fake_spec(phase=2, phase2={"num_runs": 1, "max_steps": 100})  # action 0 returns 5 < 9: no goal
+    results = str(tmp_path / "r")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        evaluation = service.evaluation
+        computed: list[int] = []
+        primary = evaluation.rule.primary
+        evaluation.rule.primary = lambda records: (computed.append(len(records)), primary(records))[1]
+        announced: list[float | None] = []
+        on_episode = evaluation.on_episode
+        evaluation.on_episode = lambda record, ev: (announced.append(ev.running_score()), on_episode(record, ev))
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        env.begin_stage(env.stages[0])
+        train_until_the_run_ends(env, 0)  # 20 five-step episodes, never converging
+        env.begin_stage(env.stages[1])
+        for _ in range(2):
+            env.reset()
+            for _ in range(5):
+                env.step(1)
+        env.submit()
+        env.close()
+        summary = finish(outcome)
+    train = [r for r in read_episodes(results) if r["stage"] == "train"]
+    assert len(train) == 20 and summary["state"] == "SUCCESS"
+    assert len(announced) == 22 and len(set(announced[:20])) == 1  # the run's 20, then 2 eval episodes
+    assert computed == [20, 21, 22]  # once for the run's records, then once per evaluation episode
