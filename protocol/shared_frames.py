@@ -10,21 +10,25 @@ is copied twice (by the evaluator into the segment, by the agent out of it), the
 How the two sides agree (all under the ``"arbiter"`` extension key):
 
 1. The agent's PING says ``"frames": "shared"``. An evaluator whose observations hold arrays of
-   ``LARGE_ARRAY_BYTES`` or more creates a segment: a file in ``/dev/shm`` that only its user may
-   open, of a header and two slots, each big enough for one observation's large arrays. Its
-   PONG names it: ``"frames": {"path", "size", "token"}``.
+   ``LARGE_ARRAY_BYTES`` or more creates a segment: an anonymous memory file (``memfd``) of a
+   header and two slots, each big enough for one observation's large arrays, sealed so that
+   nobody can write to it, shrink it or grow it except through the evaluator's own mapping. Its
+   PONG names it by the evaluator's descriptor: ``"frames": {"path": "/proc/<pid>/fd/<fd>",
+   "size", "token"}``, a path only processes of the evaluator's user can open.
 2. The agent maps the file read-only and checks the header's token (the file it opened is this
    evaluation's). From then on, every ENV_CREATE and ENV_STEP it sends says ``"frames":
-   "shared"``. An agent that cannot (another machine, another container, no ``/dev/shm``) never
-   says so, and gets every array inline as before.
+   "shared"``. An agent that cannot (another machine, another container) never says so, and gets
+   every array inline as before.
 3. To a request that says so, the evaluator answers with each large array of the observation
    written into the next slot and replaced by ``{"__shared__": [offset, nbytes], "dtype",
    "shape"}``; the agent copies it out. The first such request tells the evaluator the file is
-   mapped: it unlinks it, so nothing is left behind whatever happens to either process.
+   mapped: it closes the descriptor, so the path is gone and the memory goes with the mappings.
 
 Slots alternate: the agent has copied a reply's arrays before it sends the request whose reply
 reuses that slot, and a resent request gets its cached reply, whose slot is still intact. The
-evaluator never reads the segment, so an agent can change nothing through it.
+evaluator never reads the segment, so an agent can change nothing through it; and the seals are
+what keep it alive: a file that a process of the same user could shrink would make the
+evaluator's next write into its mapping a SIGBUS.
 """
 
 from __future__ import annotations
@@ -39,10 +43,17 @@ import numpy as np
 
 from .errors import ArbiterError
 
+try:
+    import fcntl
+except ImportError:  # Windows: no shared frames, arrays through Redis
+    fcntl = None  # type: ignore[assignment]
+
 PLACEHOLDER_KEY = "__shared__"
 SHARED = "shared"  # the value of "frames" in requests that take shared arrays
 LARGE_ARRAY_BYTES = 16 * 1024  # smaller arrays travel inline (a 128×128 frame is 16 KiB: shared)
-SHM_DIR = "/dev/shm"
+# Python's fcntl names the other seals; this one is Linux 5.1's: no new writes or writable
+# mappings, while the writable mapping made before it stays usable (the evaluator's own).
+F_SEAL_FUTURE_WRITE = 0x0010
 _HEADER = 64  # bytes before the first slot: the token
 _TOKEN_BYTES = 16
 _ALIGN = 64
@@ -67,23 +78,28 @@ def _aligned(n: int) -> int:
 
 
 class SharedFramesWriter:
-    """The evaluator's side: one segment, written into and offered to one client at a time."""
+    """The evaluator's side: one segment, written into and offered to one client at a time.
+    ``OSError`` when this system cannot make a sealed memory file (no ``memfd_create``, a kernel
+    before 5.1): the arrays then go through Redis."""
 
-    def __init__(self, slot_bytes: int, directory: str = SHM_DIR):
+    def __init__(self, slot_bytes: int):
         self.slot_bytes = _aligned(slot_bytes)
         self.size = _HEADER + 2 * self.slot_bytes
         self.token = secrets.token_hex(_TOKEN_BYTES)
-        self.path: str | None = os.path.join(directory, f"arbiter-frames-{secrets.token_hex(12)}")
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
+            raise OSError("no sealed memory files (memfd_create) on this system")
+        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
+        fd = os.memfd_create("arbiter-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
             os.ftruncate(fd, self.size)
             self._map = mmap.mmap(fd, self.size)
+            self._map[:_TOKEN_BYTES] = bytes.fromhex(self.token)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
         except BaseException:
-            os.unlink(self.path)
-            raise
-        finally:
             os.close(fd)
-        self._map[:_TOKEN_BYTES] = bytes.fromhex(self.token)
+            raise
+        self._fd: int | None = fd
+        self.path = f"/proc/{os.getpid()}/fd/{fd}"
         self._bytes = np.frombuffer(self._map, dtype=np.uint8)
         self._slot = 0
 
@@ -91,13 +107,10 @@ class SharedFramesWriter:
         return {"path": self.path, "size": self.size, "token": self.token}
 
     def claimed(self) -> None:
-        """The client mapped the segment: its name is no longer needed."""
-        if self.path is not None:
-            try:
-                os.unlink(self.path)
-            except FileNotFoundError:
-                pass
-            self.path = None
+        """The client mapped the segment: its path is no longer needed (the mapping lives on)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
     def share(self, payload: dict[str, Any]) -> dict[str, Any]:
         """``payload`` with its observation's large arrays moved into the next slot."""

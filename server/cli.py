@@ -20,6 +20,7 @@ from .cli_parser import DEBUG_TEST_PRESET, DEBUG_TEST_SEED, build_parser
 from .competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
 from .evaluation import State
 from .formats import get_format
+from .process_memory import keep_freed_memory
 from .progress import Progress
 from .testsets import cached_test_set, generate_test_set
 
@@ -109,6 +110,7 @@ def resolve_results(args: argparse.Namespace) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     from .runner import run_local
 
+    keep_freed_memory()  # the evaluator steps in this process; the agent's is its own
     agent = list(args.agent)
     if agent and agent[0] == "--":
         agent = agent[1:]
@@ -137,6 +139,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .evaluator import run_to_end, start_service
 
+    keep_freed_memory()
     spec = resolve_spec(args)
     tests = resolve_tests(args, spec)
     if not tests and get_format(spec.format).requires_tests:

@@ -46,7 +46,7 @@ class FrameSharing:
         self.close()  # a client's handshake: whoever had the last segment is gone
         try:
             self.writer = SharedFramesWriter(slot_bytes)
-        except OSError as exc:  # no /dev/shm, or it is full: the arrays go through Redis
+        except OSError as exc:  # no sealed memory files here, or no memory: the arrays go through Redis
             log.info("observations go through Redis: no shared memory segment (%s)", exc)
             return pong
         return {**pong, "payload": {**pong["payload"], EXTENSION_KEY: {**body, "frames": self.writer.offer()}}}

@@ -1,10 +1,14 @@
 """protocol/shared_frames.py and its use by the evaluator and RemoteEnv: large observation arrays
 through shared memory for a client on the evaluator's machine, through Redis for any other, the
-same observations either way; the segment's name is gone once the client mapped it."""
+same observations either way; the segment's path is gone once the client mapped it, and no other
+process can shrink, grow or write it (which would crash the evaluator or change observations)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from typing import Any
 
 import numpy as np
@@ -37,6 +41,15 @@ def observation(k: int) -> dict[str, Any]:
     }
 
 
+def is_segment(path: str) -> bool:
+    """``path`` (``/proc/<pid>/fd/<n>``) still opens an arbiter segment (the descriptor number may
+    since name another file of the evaluator's process)."""
+    try:
+        return "memfd:arbiter-frames" in os.readlink(path)
+    except OSError:
+        return False
+
+
 def assert_same(restored: Any, original: Any) -> None:
     if isinstance(original, np.ndarray):
         assert isinstance(restored, np.ndarray) and restored.dtype == original.dtype
@@ -53,8 +66,9 @@ def assert_same(restored: Any, original: Any) -> None:
         assert restored == original
 
 
-def test_large_arrays_go_through_the_segment_and_come_back_equal(tmp_path):
-    writer = SharedFramesWriter(480 * 512 * 3 + 128 * 128 * 4, directory=str(tmp_path))
+def test_large_arrays_go_through_the_segment_and_come_back_equal():
+    writer = SharedFramesWriter(480 * 512 * 3 + 128 * 128 * 4)
+    path = writer.offer()["path"]
     reader = SharedFramesReader(writer.offer())
     try:
         first = writer.share({"observation": observation(1), "reward": 1.0})
@@ -73,11 +87,46 @@ def test_large_arrays_go_through_the_segment_and_come_back_equal(tmp_path):
     finally:
         reader.close()
         writer.close()
-    assert not list(tmp_path.iterdir())  # closing unlinks the segment
+    assert not is_segment(path)  # closing closes the descriptor its path names
+
+
+HOSTILE = """
+import json, mmap, os, sys
+fd = os.open(sys.argv[1], os.O_RDWR)  # the same user may open it for writing ...
+attempts = {"shrink": lambda: os.ftruncate(fd, 0), "grow": lambda: os.ftruncate(fd, 1 << 30),
+            "write": lambda: os.pwrite(fd, b"x" * 64, 64), "map for writing": lambda: mmap.mmap(fd, 4096)}
+refused = {}
+for name, attempt in attempts.items():  # ... but can change nothing through it
+    try:
+        attempt()
+        refused[name] = None
+    except OSError as exc:
+        refused[name] = exc.errno
+print(json.dumps(refused))
+"""
+
+
+def test_another_process_can_neither_resize_nor_write_the_segment():
+    # A file of the evaluator's user that an agent could shrink would make the evaluator's next
+    # write into its mapping a SIGBUS: the segment is sealed against it.
+    writer = SharedFramesWriter(480 * 512 * 3)
+    try:
+        offer = writer.offer()
+        done = subprocess.run([sys.executable, "-c", HOSTILE, offer["path"]], capture_output=True, text=True,
+                              timeout=30, check=True)  # fmt: skip
+        refused = json.loads(done.stdout)
+        assert refused == dict.fromkeys(["shrink", "grow", "write", "map for writing"], 1), refused  # EPERM
+        reader = SharedFramesReader(offer)
+        shared = writer.share({"observation": observation(7)})  # the evaluator writes on unharmed
+        assert_same(reader.restore(shared["observation"]), observation(7))
+        assert os.stat(offer["path"]).st_size == offer["size"]  # neither shrunk nor grown
+        reader.close()
+    finally:
+        writer.close()
 
 
 def test_the_reader_refuses_a_file_that_is_not_the_segment_offered(tmp_path):
-    writer = SharedFramesWriter(LARGE_ARRAY_BYTES, directory=str(tmp_path))
+    writer = SharedFramesWriter(LARGE_ARRAY_BYTES)
     try:
         offer = writer.offer()
         with pytest.raises(ArbiterError, match="token differs"):
@@ -92,8 +141,12 @@ def test_the_reader_refuses_a_file_that_is_not_the_segment_offered(tmp_path):
         with pytest.raises(ArbiterError, match="outside its segment"):
             reader.restore({PLACEHOLDER_KEY: [offer["size"] - 8, 64], "dtype": "|u1", "shape": [64]})
         reader.close()
+        other = tmp_path / "other"
+        other.write_bytes(b"\0" * offer["size"])  # right size, no token: another file
+        with pytest.raises(ArbiterError, match="token differs"):
+            SharedFramesReader({**offer, "path": str(other)})
         writer.claimed()
-        assert not os.path.exists(offer["path"])
+        assert not is_segment(offer["path"])
     finally:
         writer.close()
 
@@ -127,9 +180,9 @@ def play_native(redis_url, redis_conn, service_id, tmp_path, **env_kwargs) -> tu
 
 def test_a_local_client_gets_native_frames_through_shared_memory(redis_url, redis_conn, service_id, tmp_path):
     env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
-    assert path is not None and path.startswith("/dev/shm/")
+    assert path is not None and path.startswith("/proc/")
     assert per_step < 20_000  # the 737,280-byte frame did not go through Redis
-    assert not os.path.exists(path)  # unlinked once the client had it mapped
+    assert not is_segment(path)  # closed once the client had it mapped
 
 
 def test_a_client_that_cannot_map_the_segment_gets_frames_through_redis(
@@ -142,7 +195,7 @@ def test_a_client_that_cannot_map_the_segment_gets_frames_through_redis(
     env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
     assert env.frames is None and path is not None
     assert per_step > 480 * 512 * 3  # every reply carried its frame
-    assert not os.path.exists(path)  # the evaluator unlinked the unclaimed segment at the end
+    assert not is_segment(path)  # the evaluator closed the unclaimed segment at the end
 
 
 def test_shared_frames_off_asks_for_no_segment(redis_url, redis_conn, service_id, tmp_path, monkeypatch):

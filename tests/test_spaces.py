@@ -6,6 +6,8 @@ from __future__ import annotations
 import gymnasium
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from arbiter.protocol import codec
 from arbiter.protocol.errors import DecodeError
@@ -92,6 +94,25 @@ def test_actions_are_checked_exactly_against_the_space():
     combined = S.Dict({"move": S.Discrete(9), "attack": S.Discrete(4)})
     assert action_for(combined, {"move": 8, "attack": 0}) == {"move": 8, "attack": 0}
     assert action_for(combined, {"move": 8}) is None and action_for(combined, {"move": 9, "attack": 0}) is None
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    counts=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    starts=st.lists(st.integers(-5, 5), min_size=4, max_size=4),
+    action=st.lists(
+        st.one_of(st.integers(-8, 20), st.booleans(), st.floats(-3, 15), st.integers(2**63, 2**64)), max_size=5
+    ),
+)
+def test_a_list_action_on_a_multi_discrete_space_is_decided_as_the_general_path_decides_it(counts, starts, action):
+    # A list of ints takes a shortcut past numpy; a tuple of the same values takes the general path.
+    space = S.MultiDiscrete(counts, start=starts[: len(counts)])
+    fast, general = action_for(space, list(action)), action_for(space, tuple(action))
+    if general is None:
+        assert fast is None
+    else:
+        assert fast is not None and fast.dtype == general.dtype and fast.tolist() == general.tolist()
+        assert space.contains(fast)
 
 
 def test_data_bytes_counts_the_array_data_of_one_element():

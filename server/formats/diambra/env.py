@@ -126,7 +126,7 @@ class DiambraEnv(gymnasium.Env):
             return self.no_op_action(), 1
         if isinstance(clean, int):
             return clean, 0
-        return [int(v) for v in clean], 0  # the engine's protobuf fields take Python ints
+        return clean.tolist(), 0  # the engine's protobuf fields take Python ints
 
     def no_op_action(self) -> Any:
         return self._env.get_no_op_action()
