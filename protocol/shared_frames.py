@@ -11,10 +11,11 @@ How the two sides agree (all under the ``"arbiter"`` extension key):
 
 1. The agent's PING says ``"frames": "shared"``. An evaluator whose observations hold arrays of
    ``LARGE_ARRAY_BYTES`` or more creates a segment: an anonymous memory file (``memfd``) of a
-   header and two slots, each big enough for one observation's large arrays, sealed so that
-   nobody can write to it, shrink it or grow it except through the evaluator's own mapping. Its
-   PONG names it by the evaluator's descriptor: ``"frames": {"path": "/proc/<pid>/fd/<fd>",
-   "size", "token"}``, a path only processes of the evaluator's user can open.
+   header and two slots, each big enough for one observation's large arrays. It is sealed
+   against shrinking and growing before the evaluator maps it, and against writes (but through
+   the evaluator's own mapping) before it is offered. Its PONG names it by the evaluator's
+   descriptor: ``"frames": {"path": "/proc/<pid>/fd/<fd>", "size", "token"}``, a path only
+   processes of the evaluator's user can open.
 2. The agent maps the file read-only and checks the header's token (the file it opened is this
    evaluation's). From then on, every ENV_CREATE and ENV_STEP it sends says ``"frames":
    "shared"``. An agent that cannot (another machine, another container) never says so, and gets
@@ -26,9 +27,10 @@ How the two sides agree (all under the ``"arbiter"`` extension key):
 
 Slots alternate: the agent has copied a reply's arrays before it sends the request whose reply
 reuses that slot, and a resent request gets its cached reply, whose slot is still intact. The
-evaluator never reads the segment, so an agent can change nothing through it; and the seals are
-what keep it alive: a file that a process of the same user could shrink would make the
-evaluator's next write into its mapping a SIGBUS.
+evaluator never reads the segment, so an agent can change nothing through it (a process that
+mapped it for writing in the microseconds before the write seal could change only what the agent
+reads); and the size seals keep the evaluator alive: a file that a process of the same user could
+shrink would make the evaluator's next write into its mapping a SIGBUS.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import math
 import mmap
 import os
 import secrets
+import stat
 from typing import Any
 
 import numpy as np
@@ -54,6 +57,11 @@ LARGE_ARRAY_BYTES = 16 * 1024  # smaller arrays travel inline (a 128×128 frame 
 # Python's fcntl names the other seals; this one is Linux 5.1's: no new writes or writable
 # mappings, while the writable mapping made before it stays usable (the evaluator's own).
 F_SEAL_FUTURE_WRITE = 0x0010
+_SEALS = (
+    fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
+    if hasattr(fcntl, "F_ADD_SEALS")
+    else 0
+)
 _HEADER = 64  # bytes before the first slot: the token
 _TOKEN_BYTES = 16
 _ALIGN = 64
@@ -88,13 +96,24 @@ class SharedFramesWriter:
         self.token = secrets.token_hex(_TOKEN_BYTES)
         if not hasattr(os, "memfd_create") or not hasattr(fcntl, "F_ADD_SEALS"):
             raise OSError("no sealed memory files (memfd_create) on this system")
-        seals = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL
         fd = os.memfd_create("arbiter-frames", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
         try:
+            # Its size is sealed before it is mapped: from the moment it exists another process
+            # of this user can open it (as /proc/<pid>/fd/<n>), and a file shrunk under the
+            # mapping would kill the evaluator with SIGBUS at its next write.
             os.ftruncate(fd, self.size)
+            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+            if os.fstat(fd).st_size != self.size:
+                raise OSError("the segment was resized before it was sealed")
             self._map = mmap.mmap(fd, self.size)
-            self._map[:_TOKEN_BYTES] = bytes.fromhex(self.token)
-            fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
+            try:
+                fcntl.fcntl(fd, fcntl.F_ADD_SEALS, F_SEAL_FUTURE_WRITE | fcntl.F_SEAL_SEAL)
+                if fcntl.fcntl(fd, fcntl.F_GET_SEALS) & _SEALS != _SEALS:
+                    raise OSError("the segment could not be sealed")
+                self._map[:_TOKEN_BYTES] = bytes.fromhex(self.token)
+            except BaseException:
+                self._map.close()
+                raise
         except BaseException:
             os.close(fd)
             raise
@@ -155,9 +174,15 @@ class SharedFramesReader:
         path, size, token = offer.get("path"), offer.get("size"), offer.get("token")
         if not (isinstance(path, str) and isinstance(size, int) and isinstance(token, str)):
             raise ArbiterError(f"a malformed shared frames offer: {offer!r}"[:200])
-        fd = os.open(path, os.O_RDONLY)
+        # The path names a descriptor of the evaluator's: if it was closed and its number reused
+        # (another client took over in between), it may name a pipe, which a blocking open of a
+        # FIFO would wait on; any file that is not a regular one of the offered size is refused.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         try:
-            if os.fstat(fd).st_size != size:
+            status = os.fstat(fd)
+            if not stat.S_ISREG(status.st_mode):
+                raise ArbiterError(f"{path} is not the segment offered (not a regular file)")
+            if status.st_size != size:
                 raise ArbiterError(f"{path} is not the segment offered (its size differs)")
             self._map = mmap.mmap(fd, size, prot=mmap.PROT_READ)
         finally:

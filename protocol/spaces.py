@@ -159,9 +159,13 @@ def action_for(space: Any, action: Any) -> Any:
             return None
         if array.dtype.kind == "f" and space.dtype.kind in "iub" and not np.all(np.mod(array, 1) == 0):
             return None
-        with np.errstate(over="ignore", invalid="ignore"):  # an out-of-range value fails contains()
-            array = array.astype(space.dtype)
-        return array if space.contains(array) else None
+        with np.errstate(over="ignore", invalid="ignore"):  # an out-of-range value fails below
+            cast = array.astype(space.dtype)
+        # An integer that does not fit the space's integer dtype wraps around in the cast (257 as
+        # int8 is 1): such an action is refused, not read as another.
+        if space.dtype.kind in "iub" and not np.array_equal(cast, array):
+            return None
+        return cast if space.contains(cast) else None
     except (TypeError, ValueError, OverflowError):
         return None
 
@@ -171,7 +175,7 @@ _NOT_PLAIN = object()
 
 def _multi_discrete_from_ints(space: Any, action: list) -> Any:
     """A list of Python ints (what msgpack decodes a DIAMBRA action to) checked without numpy's
-    per-call overhead (a step's path: 3 µs against 30); ``_NOT_PLAIN`` for anything else, which
+    per-call overhead (a step's path: 1.5 µs against 12); ``_NOT_PLAIN`` for anything else, which
     takes the general path."""
     if not all(type(v) is int for v in action):
         return _NOT_PLAIN

@@ -29,6 +29,18 @@ from arbiter.protocol.shared_frames import (  # noqa: E402
 )
 from arbiter.server.competition import load_competition, spec_from_dict  # noqa: E402
 
+
+def sealed_memory_files() -> bool:
+    """This system makes the sealed memory files the segment is (Linux 5.1 or later)."""
+    try:
+        SharedFramesWriter(LARGE_ARRAY_BYTES).close()
+    except OSError:
+        return False
+    return True
+
+
+pytestmark = pytest.mark.skipif(not sealed_memory_files(), reason="no sealed memory files (memfd) here")
+
 NATIVE = ["game=doapp", "difficulty=easy", "episodes=1", "frame_shape=[0, 0, 0]", "seed=9"]
 
 
@@ -117,10 +129,12 @@ def test_another_process_can_neither_resize_nor_write_the_segment():
         refused = json.loads(done.stdout)
         assert refused == dict.fromkeys(["shrink", "grow", "write", "map for writing"], 1), refused  # EPERM
         reader = SharedFramesReader(offer)
-        shared = writer.share({"observation": observation(7)})  # the evaluator writes on unharmed
-        assert_same(reader.restore(shared["observation"]), observation(7))
-        assert os.stat(offer["path"]).st_size == offer["size"]  # neither shrunk nor grown
-        reader.close()
+        try:
+            shared = writer.share({"observation": observation(7)})  # the evaluator writes on unharmed
+            assert_same(reader.restore(shared["observation"]), observation(7))
+            assert os.stat(offer["path"]).st_size == offer["size"]  # neither shrunk nor grown
+        finally:
+            reader.close()
     finally:
         writer.close()
 
@@ -141,6 +155,17 @@ def test_the_reader_refuses_a_file_that_is_not_the_segment_offered(tmp_path):
         with pytest.raises(ArbiterError, match="outside its segment"):
             reader.restore({PLACEHOLDER_KEY: [offer["size"] - 8, 64], "dtype": "|u1", "shape": [64]})
         reader.close()
+        reading, writing = os.pipe()  # a descriptor number reused by a pipe: refused, not waited on
+        os.close(writing)
+        try:
+            with pytest.raises(ArbiterError, match="not a regular file"):
+                SharedFramesReader({**offer, "path": f"/proc/{os.getpid()}/fd/{reading}"})
+        finally:
+            os.close(reading)
+        fifo = tmp_path / "fifo"
+        os.mkfifo(fifo)  # a FIFO with no writer: a blocking open would wait forever
+        with pytest.raises(ArbiterError, match="not a regular file"):
+            SharedFramesReader({**offer, "path": str(fifo)})
         other = tmp_path / "other"
         other.write_bytes(b"\0" * offer["size"])  # right size, no token: another file
         with pytest.raises(ArbiterError, match="token differs"):
@@ -164,6 +189,7 @@ def play_native(redis_url, redis_conn, service_id, tmp_path, **env_kwargs) -> tu
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, **env_kwargs)
         offer = env.server_info.get("frames")
         observation, _ = env.reset()
+        env.closed_after_reset = offer is not None and not is_segment(offer["path"])
         before = redis_bytes_out(redis_conn)
         for _ in range(5):
             assert env.observation_space.contains(observation)
@@ -182,7 +208,7 @@ def test_a_local_client_gets_native_frames_through_shared_memory(redis_url, redi
     env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
     assert path is not None and path.startswith("/proc/")
     assert per_step < 20_000  # the 737,280-byte frame did not go through Redis
-    assert not is_segment(path)  # closed once the client had it mapped
+    assert env.closed_after_reset  # closed once the client had it mapped, mid-evaluation
 
 
 def test_a_client_that_cannot_map_the_segment_gets_frames_through_redis(
@@ -196,6 +222,18 @@ def test_a_client_that_cannot_map_the_segment_gets_frames_through_redis(
     assert env.frames is None and path is not None
     assert per_step > 480 * 512 * 3  # every reply carried its frame
     assert not is_segment(path)  # the evaluator closed the unclaimed segment at the end
+
+
+def test_an_evaluator_that_cannot_make_a_segment_sends_frames_through_redis(
+    redis_url, redis_conn, service_id, tmp_path, monkeypatch
+):
+    def refused(*_args: Any) -> int:
+        raise OSError(38, "Function not implemented")  # a seccomp profile that denies memfd_create
+
+    monkeypatch.setattr(os, "memfd_create", refused)
+    env, per_step, path = play_native(redis_url, redis_conn, service_id, tmp_path)
+    assert path is None and env.frames is None  # no offer: the client asked, the evaluator declined
+    assert per_step > 480 * 512 * 3
 
 
 def test_shared_frames_off_asks_for_no_segment(redis_url, redis_conn, service_id, tmp_path, monkeypatch):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import gymnasium
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from arbiter.protocol import codec
@@ -99,20 +99,48 @@ def test_actions_are_checked_exactly_against_the_space():
 @settings(max_examples=400, deadline=None)
 @given(
     counts=st.lists(st.integers(1, 12), min_size=1, max_size=4),
-    starts=st.lists(st.integers(-5, 5), min_size=4, max_size=4),
+    starts=st.lists(st.integers(-5, 250), min_size=4, max_size=4),
+    dtype=st.sampled_from([np.int64, np.int32, np.int16, np.int8, np.uint8, np.uint64]),
     action=st.lists(
-        st.one_of(st.integers(-8, 20), st.booleans(), st.floats(-3, 15), st.integers(2**63, 2**64)), max_size=5
+        st.one_of(
+            st.integers(-8, 260),
+            st.sampled_from([2**8 + 1, 2**16 + 1, 2**32 + 1, 2**63 - 1, 2**64 - 1, -(2**63)]),
+            st.booleans(),
+            st.floats(-3, 300),
+        ),
+        max_size=5,
     ),
 )
-def test_a_list_action_on_a_multi_discrete_space_is_decided_as_the_general_path_decides_it(counts, starts, action):
+@example(counts=[3], starts=[0, 0, 0, 0], dtype=np.int8, action=[257])
+@example(counts=[3], starts=[-2, 0, 0, 0], dtype=np.int64, action=[2**64 - 1])
+@example(counts=[3], starts=[253, 0, 0, 0], dtype=np.uint8, action=[-1])
+@example(counts=[3], starts=[0, 0, 0, 0], dtype=np.int64, action=[True])
+def test_a_list_action_on_a_multi_discrete_space_is_decided_as_the_general_path_decides_it(
+    counts, starts, dtype, action
+):
     # A list of ints takes a shortcut past numpy; a tuple of the same values takes the general path.
-    space = S.MultiDiscrete(counts, start=starts[: len(counts)])
+    # Both refuse a value outside the space, including one that would wrap around in the dtype.
+    info = np.iinfo(dtype)
+    assume(all(info.min <= s and s + n - 1 <= info.max for s, n in zip(starts, counts, strict=False)))
+    space = S.MultiDiscrete(counts, dtype=dtype, start=starts[: len(counts)])
     fast, general = action_for(space, list(action)), action_for(space, tuple(action))
+    in_space = len(action) == len(counts) and all(
+        float(v).is_integer() and s <= v < s + n  # True and 2.0 count as 1 and 2, as numpy reads them
+        for v, s, n in zip(action, starts, counts, strict=False)
+    )
+    assert (general is not None) == in_space
     if general is None:
         assert fast is None
     else:
         assert fast is not None and fast.dtype == general.dtype and fast.tolist() == general.tolist()
-        assert space.contains(fast)
+        assert space.contains(fast) and fast.tolist() == [int(v) for v in action]
+
+
+def test_an_integer_that_would_wrap_around_in_the_spaces_dtype_is_refused():
+    assert action_for(S.Box(-5, 10, (1,), np.int64), [2**64 - 1]) is None  # not -1
+    assert action_for(S.Box(0, 3, (1,), np.int8), (257,)) is None  # not 1
+    assert action_for(S.Box(0, 3, (1,), np.int8), [2.0]).tolist() == [2]  # integral floats still count
+    assert action_for(S.Box(-1.0, 1.0, (1,), np.float32), [0.1]) is not None  # a float space: no check
 
 
 def test_data_bytes_counts_the_array_data_of_one_element():
