@@ -2,9 +2,11 @@
 """How many request/reply round trips per second two processes can make at all, with no
 evaluator and no env: the floor under every remote step arbiter makes.
 
-    python scripts/bench_wire_floor.py [--trips 20000] [--rounds 3]
+    python scripts/bench_wire_floor.py [--trips 20000] [--rounds 3] [--reply-bytes 40]
 
-A responder process answers every message of a requester process with the same 40 bytes:
+A responder process answers every 40-byte message of a requester process with ``--reply-bytes``
+bytes (40 by default; 737366 is a DIAMBRA reply with its native 480×512×3 frame inline, the floor
+under a frame that travels through Redis):
 
   pipe          ``multiprocessing.Pipe`` (what Gymnasium's AsyncVectorEnv steps over);
   raw-unix      through a redis-server, hand-packed commands on plain sockets: the requester
@@ -41,6 +43,7 @@ import hiredis
 from bench_common import arbiter_rev, machine_basics
 
 MESSAGE = b"x" * 40
+REPLY_CHUNK = 1 << 20  # what a reader of large replies reads at once (RemoteEnv's, for frames)
 REQUESTS, REPLIES = "floor:requests", "floor:replies"
 PATHS = ("pipe", "raw-unix", "raw-unix-poll", "raw-tcp", "arbiter-unix", "arbiter-tcp")
 POLL_WINDOW_S = 0.001  # the requester's, as RemoteEnv's default
@@ -51,6 +54,9 @@ class RawConnection:
     Redis round trip can take."""
 
     def __init__(self, where: str | int, polls: bool = False):
+        from arbiter.protocol.redis_conn import packed  # large arguments framed by hand, as arbiter does
+
+        self.packed = packed
         self.poll = None
         if isinstance(where, str):
             self.sock = socket.socket(socket.AF_UNIX)
@@ -65,7 +71,8 @@ class RawConnection:
             self.poll = poller.poll
 
     def run(self, commands: list[tuple[Any, ...]]) -> list[Any]:
-        self.sock.sendall(b"".join(hiredis.pack_command(command) for command in commands))
+        for piece in self.packed(commands):
+            self.sock.sendall(piece)
         replies: list[Any] = []
         while len(replies) < len(commands):
             reply = self.reader.gets()
@@ -74,25 +81,28 @@ class RawConnection:
                     give_up = time.perf_counter() + POLL_WINDOW_S
                     while not self.poll(0) and time.perf_counter() < give_up:
                         pass
-                self.reader.feed(self.sock.recv(65536))
+                self.reader.feed(self.sock.recv(REPLY_CHUNK))
             else:
                 replies.append(reply)
         return replies
 
 
-def packets_connection(url: str, polls: bool = False) -> Any:
+def packets_connection(url: str, polls: bool = False, large: bool = False) -> Any:
     from arbiter.client.spin_wait import SpinWait
-    from arbiter.protocol.redis_conn import Packets, connect
+    from arbiter.protocol.redis_conn import READ_CHUNK, Packets, connect
 
-    return Packets(connect(url, socket_timeout_s=30.0), waiter=SpinWait(POLL_WINDOW_S) if polls else None)
+    client = connect(url, socket_timeout_s=30.0, read_chunk=REPLY_CHUNK if large else READ_CHUNK)
+    return Packets(client, waiter=SpinWait(POLL_WINDOW_S) if polls else None)
 
 
-def redis_responder(make: Callable[[bool], Any], trips: int) -> None:
+def redis_responder(make: Callable[[bool], Any], trips: int, reply: bytes) -> None:
     connection = make(False)  # the evaluator's side never polls
     found = connection.run([("BRPOP", REQUESTS, 10)])[0]
     for _ in range(trips - 1):
-        found = connection.run([("RPUSH", REPLIES, found[1]), ("BRPOP", REQUESTS, 10)])[1]
-    connection.run([("RPUSH", REPLIES, found[1])])
+        if found is None:
+            raise RuntimeError("no request came within 10 s")
+        found = connection.run([("RPUSH", REPLIES, reply), ("BRPOP", REQUESTS, 10)])[1]
+    connection.run([("RPUSH", REPLIES, reply)])
 
 
 def redis_requester(make: Callable[[bool], Any], trips: int, polls: bool) -> float:
@@ -104,15 +114,17 @@ def redis_requester(make: Callable[[bool], Any], trips: int, polls: bool) -> flo
     return trips / (time.perf_counter() - started)
 
 
-def pipe_responder(end: Any, trips: int) -> None:
+def pipe_responder(end: Any, trips: int, reply: bytes) -> None:
     for _ in range(trips):
-        end.send_bytes(end.recv_bytes())
+        end.recv_bytes()
+        end.send_bytes(reply)
 
 
-def measure(path: str, trips: int, unix_path: str, port: int, url_unix: str, url_tcp: str) -> float:
+def measure(path: str, trips: int, reply: bytes, unix_path: str, port: int, url_unix: str, url_tcp: str) -> float:
+    large = len(reply) > 64 * 1024
     if path == "pipe":
         mine, theirs = multiprocessing.Pipe()
-        responder = multiprocessing.Process(target=pipe_responder, args=(theirs, trips))
+        responder = multiprocessing.Process(target=pipe_responder, args=(theirs, trips, reply))
         responder.start()
         started = time.perf_counter()
         for _ in range(trips):
@@ -124,10 +136,10 @@ def measure(path: str, trips: int, unix_path: str, port: int, url_unix: str, url
             "raw-unix": lambda polls: RawConnection(unix_path, polls),
             "raw-unix-poll": lambda polls: RawConnection(unix_path, polls),
             "raw-tcp": lambda polls: RawConnection(port, polls),
-            "arbiter-unix": lambda polls: packets_connection(url_unix, polls),
-            "arbiter-tcp": lambda polls: packets_connection(url_tcp, polls),
+            "arbiter-unix": lambda polls: packets_connection(url_unix, polls, large),
+            "arbiter-tcp": lambda polls: packets_connection(url_tcp, polls, large),
         }[path]
-        responder = multiprocessing.Process(target=redis_responder, args=(make, trips))
+        responder = multiprocessing.Process(target=redis_responder, args=(make, trips, reply))
         responder.start()
         rate = redis_requester(make, trips, polls=path.startswith("arbiter") or path.endswith("-poll"))
     responder.join(30)
@@ -140,7 +152,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trips", type=int, default=20_000, help="round trips per path and round (default 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds over every path (default 3)")
+    parser.add_argument("--reply-bytes", type=int, default=len(MESSAGE), help="bytes of each reply (default 40)")
     args = parser.parse_args()
+    if args.reply_bytes < 1:
+        parser.error("--reply-bytes must be at least 1")
+    reply = b"y" * args.reply_bytes
     from arbiter.server.embedded_redis import EmbeddedRedis, free_port
 
     multiprocessing.set_start_method("fork")
@@ -152,11 +168,14 @@ def main() -> int:
             return 2
         for round_ in range(args.rounds):
             for path in PATHS:
-                rate = measure(path, args.trips, str(server.unix_socket), server.port, server.local_url, server.url)
+                rate = measure(
+                    path, args.trips, reply, str(server.unix_socket), server.port, server.local_url, server.url
+                )
                 rates[path].append(rate)
                 print(f"bench: round {round_ + 1} {path:<13} {rate:8.0f} round trips/s", file=sys.stderr)
     print(
-        f"\nRound trips between two processes — {args.trips} per path and round, {args.rounds} round(s); "
+        f"\nRound trips between two processes — {args.trips} per path and round, {args.rounds} round(s), "
+        f"{len(MESSAGE)}-byte requests and {args.reply_bytes}-byte replies; "
         f"{machine['cpus']} CPUs, Python {machine['python']}, arbiter {arbiter_rev()}; "
         f"load average at start {machine['loadavg_start']}"
     )

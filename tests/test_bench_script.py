@@ -152,4 +152,22 @@ def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
         rate, per_trip_us = float(rows[path][1]), float(rows[path][-1])
         # printed to 0.1 µs and the rate to 1/s: they agree to within those roundings
         assert rate > 0 and per_trip_us == pytest.approx(1e6 / rate, abs=0.05 + 1e6 / rate**2), rows[path]
-    assert "300 per path and round, 1 round(s)" in completed.stdout
+    assert "300 per path and round, 1 round(s), 40-byte requests and 40-byte replies" in completed.stdout
+
+
+@pytest.mark.timeout(120)
+def test_wire_floor_benchmark_measures_frame_sized_replies(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_WIRE_FLOOR), "--trips", "40", "--rounds", "1", "--reply-bytes", "737366"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "40-byte requests and 737366-byte replies" in completed.stdout
+    rows = {line.split()[0]: line.split() for line in completed.stdout.splitlines() if line.strip()}
+    assert all(float(rows[path][1]) > 0 for path in ("pipe", "raw-unix", "arbiter-unix", "arbiter-tcp"))
+    refused = subprocess.run([sys.executable, str(BENCH_WIRE_FLOOR), "--reply-bytes", "0"], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "--reply-bytes must be at least 1" in refused.stderr
