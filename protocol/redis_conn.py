@@ -52,7 +52,8 @@ class Packets:
     bytes are written and its replies read here, straight on the connection's socket: redis-py's
     per-reply layers cost more than the parsing itself on a step's path.
 
-    An error reply is raised once every reply of its packet has been read; any other failure
+    An error reply is raised once every reply of its packet has been read (or returned in its
+    place, for a caller that sorts them: ``run(..., errors_in_place=True)``); any other failure
     (a lost connection, an exception from a signal handler) closes the connection, so no reply
     of one packet is ever read as another's, and the next packet connects again.
     """
@@ -84,11 +85,13 @@ class Packets:
         Redis at once (a reply an agent waits for) without waiting for Redis's answer."""
         self._exchange(commands, read=False)
 
-    def run(self, commands: Sequence[tuple[Any, ...]]) -> list[Any]:
-        """Write ``commands`` and return their replies (read after those of earlier sends)."""
-        return self._exchange(commands, read=True)
+    def run(self, commands: Sequence[tuple[Any, ...]], errors_in_place: bool = False) -> list[Any]:
+        """Write ``commands`` and return their replies (read after those of earlier sends). An
+        error reply is raised, or with ``errors_in_place`` returned as its ``ResponseError``,
+        the replies of earlier sends included."""
+        return self._exchange(commands, read=True, errors_in_place=errors_in_place)
 
-    def _exchange(self, commands: Sequence[tuple[Any, ...]], read: bool) -> list[Any]:
+    def _exchange(self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False) -> list[Any]:
         if self._pid != os.getpid():
             # A forked child never writes on its parent's socket (nor shuts it down): it leaves
             # the inherited connection alone and opens its own, as redis-py's pool does.
@@ -121,6 +124,8 @@ class Packets:
         except BaseException:
             self._lost(connection)
             raise
+        if errors_in_place:
+            return replies
         for reply in replies:
             if isinstance(reply, redis.ResponseError):  # read whole, like the replies after it
                 raise reply

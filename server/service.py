@@ -72,6 +72,7 @@ class EvaluatorService:
         self.client_wire = codec.MSGPACK
         self._outages_seen = 0  # transport outages already accounted for
         self._downtime_seen_s = 0.0
+        self._refused_replies_seen = 0  # transport.refused_replies already counted
         self.service_id = transport.service_id
         self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
         self._agent_gone = threading.Event()
@@ -165,6 +166,9 @@ class EvaluatorService:
             idle_work=evaluation.prepare_ahead,
         )
         self._account_downtime()
+        if self.transport.refused_replies != self._refused_replies_seen:  # read with this pop's acks
+            self.evaluation.counters["refused_replies"] += self.transport.refused_replies - self._refused_replies_seen
+            self._refused_replies_seen = self.transport.refused_replies
         if self.transport.stop_requested:
             evaluation.interrupt(self._stop_reason)
             return False

@@ -83,6 +83,7 @@ class RedisTransport:
         self.outage_limit_s = outage_limit_s
         self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
         self.downtime_s = 0.0
+        self.refused_replies = 0  # replies Redis refused because the agent made their list a non-list
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
         # Replies are written as soon as they are given (``reply``) and confirmed by Redis's
         # acknowledgements, which are read with the next packet's replies: answering a request
@@ -235,15 +236,37 @@ class RedisTransport:
         """``commands`` in one packet behind the replies not written yet, reading the
         acknowledgements of those written before; their replies. Every reply is confirmed when
         this returns; when it fails, every unconfirmed reply is to be sent again."""
+        sent = self._unconfirmed + self._replies  # in the order of their acknowledgements
         try:
-            replies = self.packets.run(self._reply_commands() + commands)
+            replies = self.packets.run(self._reply_commands() + commands, errors_in_place=True)
+            mine = replies[len(replies) - len(commands) :]
+            self._check_acknowledgements(sent, replies[: len(replies) - len(commands)])
+            for reply in mine:
+                if isinstance(reply, redis.ResponseError):
+                    raise reply
         except BaseException:
             self._replies[:0] = self._unconfirmed
             self._unconfirmed.clear()
             raise
         self._replies.clear()
         self._unconfirmed.clear()
-        return replies[len(replies) - len(commands) :]
+        return mine
+
+    def _check_acknowledgements(self, sent: list[tuple[str, bytes]], acks: list[Any]) -> None:
+        """Redis's answers to the replies' RPUSH and EXPIRE. A reply list that the agent turned
+        into another type (it SET its own reply key) refuses the RPUSH with WRONGTYPE: that reply
+        is lost to the agent by its own doing and the evaluation goes on (``refused_replies``).
+        Any other refusal (out of memory, a missing permission) is raised."""
+        paired = len(acks) == 2 * len(sent)
+        for index, ack in enumerate(acks):
+            if not isinstance(ack, redis.ResponseError):
+                continue
+            if paired and index % 2 == 0 and str(ack).startswith("WRONGTYPE"):
+                self.refused_replies += 1
+                channel = sent[index // 2][0]
+                log.warning("reply list %s is not a list (the agent changed it): that reply is dropped", channel)
+                continue
+            raise ack
 
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""

@@ -178,6 +178,17 @@ def test_an_error_reply_to_a_sent_command_is_raised_by_the_next_run_after_readin
     assert packets.run([("ECHO", "clean")]) == [b"clean"]  # no reply of the failed run is left over
 
 
+def test_errors_in_place_come_back_among_the_replies_with_those_of_earlier_sends(packets, redis_conn):
+    redis_conn.set("text", "not a list")
+    packets.send([("RPUSH", "text", b"x"), ("ECHO", "sent")])
+    replies = packets.run([("LPUSH", "text", b"y"), ("ECHO", "mine")], errors_in_place=True)
+    assert [type(r) if isinstance(r, Exception) else r for r in replies] == [
+        redis.ResponseError, b"sent", redis.ResponseError, b"mine"
+    ]  # fmt: skip
+    assert str(replies[0]).startswith("WRONGTYPE") and packets.unread == 0
+    assert packets.run([("ECHO", "clean")]) == [b"clean"]
+
+
 def test_a_lost_connection_forgets_the_unread_replies_and_the_next_run_reconnects(packets, redis_conn):
     first_id = packets.run([("CLIENT", "ID")])[0]
     packets.send([("ECHO", "never read")])
