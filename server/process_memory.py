@@ -5,8 +5,8 @@ the engine's frame, the env's conversions, the reply's encoding (a DIAMBRA frame
 glibc's defaults a buffer that size is mapped on allocation and unmapped on free, or taken from
 the heap whose free top is given back to the system once it passes a threshold that glibc moves
 as it goes; either way the next step faults every page back in. In the evaluator of a DIAMBRA
-evaluation that was 50 page faults a step with frames through shared memory and 140 to 200 with
-frames through Redis; the mock's frame took 2–3× longer to make than in the agent's process.
+evaluation with frames through Redis that was 80 to 90 page faults a step, and 15–20 % of its CPU
+time (scripts/bench_diambra.py --frames-through-redis).
 
 Set once at the evaluator's start: blocks below ``MMAP_THRESHOLD`` come from the heap, and up to
 ``TRIM_THRESHOLD`` of free heap is kept, so a step reuses the pages of the last one. Fixed
