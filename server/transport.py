@@ -236,37 +236,36 @@ class RedisTransport:
         """``commands`` in one packet behind the replies not written yet, reading the
         acknowledgements of those written before; their replies. Every reply is confirmed when
         this returns; when it fails, every unconfirmed reply is to be sent again."""
-        sent = self._unconfirmed + self._replies  # in the order of their acknowledgements
         try:
             replies = self.packets.run(self._reply_commands() + commands, errors_in_place=True)
-            mine = replies[len(replies) - len(commands) :]
-            self._check_acknowledgements(sent, replies[: len(replies) - len(commands)])
-            for reply in mine:
-                if isinstance(reply, redis.ResponseError):
-                    raise reply
+            if any(isinstance(reply, redis.ResponseError) for reply in replies):
+                self._sort_refusals(replies, len(commands))
         except BaseException:
             self._replies[:0] = self._unconfirmed
             self._unconfirmed.clear()
             raise
         self._replies.clear()
         self._unconfirmed.clear()
-        return mine
+        return replies[len(replies) - len(commands) :]
 
-    def _check_acknowledgements(self, sent: list[tuple[str, bytes]], acks: list[Any]) -> None:
-        """Redis's answers to the replies' RPUSH and EXPIRE. A reply list that the agent turned
-        into another type (it SET its own reply key) refuses the RPUSH with WRONGTYPE: that reply
-        is lost to the agent by its own doing and the evaluation goes on (``refused_replies``).
-        Any other refusal (out of memory, a missing permission) is raised."""
-        paired = len(acks) == 2 * len(sent)
-        for index, ack in enumerate(acks):
-            if not isinstance(ack, redis.ResponseError):
+    def _sort_refusals(self, replies: list[Any], own: int) -> None:
+        """Error replies of a packet whose last ``own`` replies are the caller's and the rest the
+        acknowledgements of the replies' RPUSH and EXPIRE. A reply list that the agent turned into
+        another type (it SET its own reply key) refuses the RPUSH with WRONGTYPE: that reply is
+        lost to the agent by its own doing and the evaluation goes on (``refused_replies``). Any
+        other refusal (out of memory, a missing permission), or one of the caller's, is raised."""
+        sent = self._unconfirmed + self._replies  # in the order of their acknowledgements
+        acks = len(replies) - own
+        paired = acks == 2 * len(sent)
+        for index, reply in enumerate(replies):
+            if not isinstance(reply, redis.ResponseError):
                 continue
-            if paired and index % 2 == 0 and str(ack).startswith("WRONGTYPE"):
+            if index < acks and paired and index % 2 == 0 and str(reply).startswith("WRONGTYPE"):
                 self.refused_replies += 1
                 channel = sent[index // 2][0]
                 log.warning("reply list %s is not a list (the agent changed it): that reply is dropped", channel)
                 continue
-            raise ack
+            raise reply
 
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""
