@@ -5,11 +5,19 @@ from arbiter.client import RemoteClient, RemoteEnv, TimeoutException
 
 from typing import Any
 
-from arbiter.protocol.errors import ArbiterError, EpisodeLost, ServerUnavailable, TimeoutException
+from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, ServerUnavailable, TimeoutException, WrongFormat
 
 from .remote_client import RemoteClient
 
-__all__ = ["ArbiterError", "EpisodeLost", "RemoteClient", "RemoteEnv", "ServerUnavailable", "TimeoutException"]
+__all__ = [
+    "ArbiterError",
+    "EvaluatorRestarted",
+    "RemoteClient",
+    "RemoteEnv",
+    "ServerUnavailable",
+    "TimeoutException",
+    "WrongFormat",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -12,7 +12,11 @@ evaluator's stages are followed in order:
   run's evaluation episodes.
 
 ``env`` is a ``RemoteEnv``. A restarted runner picks up where the evaluation stands (the
-handshake says which item is next). Exit status 0 once the evaluation is submitted.
+handshake says which item is next: the evaluator sends it back to the start of a run whose
+training the crashed runner had begun). A runner that lives through an evaluator restart
+(``--resume``) while inside an item is told where the evaluation goes on, and goes on there with
+an agent built the way it would have been (loaded, or trained afresh for the run). Exit status 0
+once the evaluation is submitted.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import os
 import sys
 from typing import Any
 
-from arbiter.protocol.errors import ArbiterError, TimeoutException
+from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, TimeoutException
 
 from .remote_env import RemoteEnv
 
@@ -85,8 +89,20 @@ def train(env: RemoteEnv, agent_class: type, stage: dict[str, Any]) -> Any:
 
 def run(submission_dir: str, env: RemoteEnv | None = None) -> dict[str, Any]:
     agent_class = import_agent_class(submission_dir)
-    env = env or RemoteEnv()
-    start = env.next_item
+    env = env or RemoteEnv(formats=["two-phase"], client_name="python -m arbiter.client.reinforcelab")
+    while True:
+        try:
+            play_stages(env, agent_class, start=env.next_item)
+            break
+        except EvaluatorRestarted as exc:  # RemoteEnv has moved next_item to where it goes on
+            log.warning("%s", exc)
+    scores = env.submit()
+    env.close()
+    return scores
+
+
+def play_stages(env: RemoteEnv, agent_class: type, start: int) -> None:
+    """Every stage from the one holding item ``start`` on, each with the agent it needs."""
     agent = None
     for stage in env.stages:
         if stage["items"][1] <= start:
@@ -97,16 +113,15 @@ def run(submission_dir: str, env: RemoteEnv | None = None) -> dict[str, Any]:
         if stage["phase"] == 1 and agent is None:
             agent = agent_class(env)
             agent.load()
-        elif agent is None:  # restarted between a run's training and its evaluation: untrained
-            agent = agent_class(env)
+        elif agent is None:
+            # The evaluator never hands a run's evaluation episodes to an agent that did not
+            # train in that run: a restart goes back to the run's training.
+            raise ArbiterError(f"run {stage['run']}'s evaluation episodes came before its training")
         returns = play_episodes(env, agent, stage)
         log.info("phase %s%s: %d episodes, returns %s", stage["phase"],
                  f" run {stage['run']}" if stage["run"] is not None else "", len(returns), returns)  # fmt: skip
         if stage["phase"] == 1:
             agent = None  # phase 2 starts every run from scratch
-    scores = env.submit()
-    env.close()
-    return scores
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +129,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submission_dir", help="folder holding agent.py (and the agent's files)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
-    scores = run(args.submission_dir)
+    try:
+        scores = run(args.submission_dir)
+    except ArbiterError as exc:  # a refusal or an unreachable evaluator: its message says it all
+        log.error("%s: %s", type(exc).__name__, exc)
+        return 1
     log.info("submitted: score %s, secondary %s", scores.get("score"), scores.get("score_secondary"))
     return 0
 

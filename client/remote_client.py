@@ -59,7 +59,6 @@ class RemoteClient(Wire):
     # goes out with its own LPUSH, through ``self.redis.lpush``, the one call that queues them
     # (tests/test_fault_clients.py drops one there to see it resent).
     pipelined = False
-    replay_hint = "env_create() replays it"
     # The name the SDK's own requests go by: scripts/bench.py times env_create's wait for its
     # reply by wrapping it on the instance.
     _request = Wire.request
@@ -97,7 +96,9 @@ class RemoteClient(Wire):
         self._guard = DeadlineGuard()
         self.fallbacks_used = 0  # calls of act_within_budget that returned the fallback
         preload()
-        self.handshake(flatland_version())
+        # The PING says what this client plays: on another format's evaluation it is refused at
+        # once, with both named, instead of failing on the first reply it cannot read.
+        self.handshake(flatland_version(), asks={"client": "arbiter.client.RemoteClient", "formats": ["flatland"]})
 
     # -- the SDK --------------------------------------------------------------------------
 

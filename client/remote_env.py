@@ -7,11 +7,18 @@ from the evaluator at the handshake. Training loops written for Gymnasium (a han
 stable-baselines3, CleanRL) use it unchanged.
 
 Seeds, env ids and options are the organiser's: ``reset(seed=...)`` cannot choose the seed (the
-evaluator resets with its own and reports it in ``info["arbiter"]["seed"]``). Every wait has a
+evaluator resets with its own, and names it only once the episode is over, in the
+``info["arbiter"]["seed"]`` of the step that ends it). Every wait has a
 timeout (``ServerUnavailable``); a budget timeout raises ``TimeoutException`` (a
 ``StopAsyncIteration``) at the next call, as in ``RemoteClient``. When the evaluator ends a
 training stage (converged, or its step limit), the next ``reset()`` or ``step()`` raises
 ``StopIteration``, as ReinforceLab's convergence monitor does.
+
+When the evaluator is restarted (``--resume``) while this env is inside an item, the next call
+raises ``EvaluatorRestarted``: that item (with everything in the plan that depends on it) is
+played again from its start, at ``exc.resume_item``, and ``next_item`` says so; the agent's state
+from inside it is not to be trusted, so an agent should be started again (arbiter's runners
+rebuild theirs). Between items, a restart goes unnoticed.
 
 ``info["env_done"]`` says whether the evaluation has an episode left, the way DIAMBRA's
 evaluation env says it: every ``reset()`` reports False while it starts an episode; once the
@@ -27,7 +34,7 @@ from typing import Any
 
 import gymnasium
 
-from arbiter.protocol.errors import ArbiterError, OutOfOrder
+from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
 from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
@@ -49,12 +56,18 @@ class RemoteEnv(gymnasium.Env):
         reply_timeout_s: float | None = None,
         spin_us: float | None = None,
         shared_frames: bool | None = None,
+        formats: list[str] | str = "server-side",
+        client_name: str = "arbiter.client.RemoteEnv",
     ):
+        """``formats``: the formats this env's agent plays (default: any whose env is the
+        evaluator's); the handshake names them, and another format's evaluation refuses it."""
         super().__init__()
         self.wire = Wire(redis_url, service_id, reply_timeout_s=reply_timeout_s, spin_us=spin_us)
         if shared_frames is None:
             shared_frames = os.environ.get("ARBITER_SHARED_FRAMES", "1").strip() != "0"
-        asks = {"frames": SHARED} if shared_frames else None
+        asks: dict[str, Any] = {"client": client_name, "formats": formats}
+        if shared_frames:
+            asks["frames"] = SHARED
         self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}", asks=asks)
         self.frames = self._map_frames(self.server_info.get("frames"))
         self._step_asks = {"reply": True, "frames": SHARED} if self.frames is not None else {"reply": True}
@@ -68,7 +81,7 @@ class RemoteEnv(gymnasium.Env):
             self.wire.packets.read_in_chunks_of(LARGE_READ_CHUNK)
         self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))
         self.next_item: int = int(self.server_info.get("next", 0))  # where the evaluation stands
-        self.episode: dict[str, Any] = {}  # the running episode's place in the plan (phase, stage, run, seed ...)
+        self.episode: dict[str, Any] = {}  # the running episode's place in the plan (item, phase, stage, run ...)
         self.finished = False  # the evaluation has no episode left
         self._last_observation: Any = None
         self._stage: dict[str, Any] | None = None
@@ -94,6 +107,7 @@ class RemoteEnv(gymnasium.Env):
         evaluation stage's resets go through its episodes in order."""
         self._stage = stage
         self._stage_over = False
+        self.episode = {}  # a new stage: no episode runs yet
         self.next_item = max(self.next_item, stage["items"][0])
 
     def _expected_item(self) -> int | None:
@@ -114,7 +128,11 @@ class RemoteEnv(gymnasium.Env):
         expected = self._expected_item()
         if expected is not None:
             asks["item"] = expected
-        body = self.wire.request(FLATLAND_RL.ENV_CREATE, {EXTENSION_KEY: asks} if asks else {})["payload"]
+            # A reset inside the item it names (a training run's next episode): after an
+            # evaluator restart, that item cannot go on (see the module docstring).
+            if self.episode.get("item") == expected:
+                asks["within"] = True
+        body = self._request(FLATLAND_RL.ENV_CREATE, {EXTENSION_KEY: asks} if asks else {})["payload"]
         ext = extension(body)
         if ext.get("finished"):
             self.finished = True
@@ -138,7 +156,7 @@ class RemoteEnv(gymnasium.Env):
         if not self.episode:
             raise OutOfOrder("step() before reset(): there is no running episode")
         asks = self._step_asks
-        body = self.wire.request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: asks})["payload"]
+        body = self._request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: asks})["payload"]
         ext = extension(body)
         self._stage_over = bool(ext.get("stage_over"))
         info = dict(body.get("info") or {})
@@ -147,6 +165,18 @@ class RemoteEnv(gymnasium.Env):
         observation = body["observation"]
         self._last_observation = observation if self.frames is None else self.frames.restore(observation)
         return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+
+    def _request(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return self.wire.request(type_, payload)
+        except EvaluatorRestarted as exc:
+            # Nothing runs any more: the plan goes on at the item the evaluator named.
+            self.episode = {}
+            self._stage = None
+            self._stage_over = False
+            if exc.resume_item is not None:
+                self.next_item = exc.resume_item
+            raise
 
     def submit(self) -> dict[str, Any]:
         """End the evaluation; returns the scores the evaluator computed."""

@@ -24,12 +24,12 @@ from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
     ClientConflict,
-    EpisodeLost,
+    EvaluatorRestarted,
     ServerUnavailable,
     TimeoutException,
     error_from_payload,
 )
-from arbiter.protocol.messages import EPISODE_LOST, EXTENSION_KEY, FLATLAND_RL, extension, request
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import Packets, connect, redacted
 
 from .spin_wait import SpinWait, window_from_environment
@@ -71,8 +71,6 @@ class Wire:
     # trip, see _push_and_wait); False sends it with its own LPUSH first.
     pipelined = True
     _folded_error: bytes | None = None  # the errors-list entry a step's packet took (see request)
-    # How an EpisodeLost tells the agent to get the lost episode back.
-    replay_hint = "starting it again replays it"
 
     def __init__(
         self,
@@ -174,6 +172,9 @@ class Wire:
             if response["type"] != FLATLAND_RL.ERROR:
                 return response
             error = error_from_payload(response.get("payload"))
+            if isinstance(error, EvaluatorRestarted):
+                resume_item = extension(response.get("payload")).get("resume_item")
+                error.resume_item = resume_item if type(resume_item) is int else None
             takeover_wait_s = self._takeover_wait_s(type_, error, response, give_up)
             if takeover_wait_s is None:
                 break
@@ -256,8 +257,6 @@ class Wire:
             kind = message.get("type") if isinstance(message, dict) else None
         except ArbiterError:
             kind = None
-        if kind == EPISODE_LOST:
-            raise EpisodeLost(f"the evaluator lost this episode's steps in a Redis outage; {self.replay_hint}")
         if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
             raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
         raise TimeoutException("the evaluator timed out this episode: step budget exceeded")

@@ -28,4 +28,8 @@ while True:
     except TimeoutException as err:
         print("Timeout:", err)
 
-print(remote_client.submit())
+result = remote_client.submit()
+if result.get("score") is None:
+    print("submitted: no score")
+else:
+    print(f"submitted: score {result['score']:.6g}, secondary {result['score_secondary']:.6g}")

@@ -28,4 +28,8 @@ while True:
     except TimeoutException as exc:  # the evaluator timed this episode out: go on with the next
         print(f"episode {episode}: timed out ({exc})")
 
-print("scores:", client.submit())
+result = client.submit()  # every figure is in the results folder; one line of them here
+if result["score"] is None:
+    print(f"submitted: no score ({result['arbiter']['state']})")
+else:
+    print(f"submitted: score {result['score']:.6g}, secondary {result['score_secondary']:.6g}")

@@ -50,6 +50,13 @@ class VersionMismatch(ProtocolError):
     code = "VERSION_MISMATCH"
 
 
+class WrongFormat(ProtocolError):
+    """The client plays another competition format than the evaluator runs (a Flatland client
+    on a two-phase evaluation, say): the handshake names both, and the evaluation ends."""
+
+    code = "WRONG_FORMAT"
+
+
 class ClientConflict(ProtocolError):
     """Another client already runs this evaluation: one client per evaluation."""
 
@@ -78,11 +85,17 @@ class TimeoutException(ArbiterError, StopAsyncIteration):
     code = "TIMEOUT"
 
 
-class EpisodeLost(TimeoutException):
-    """The evaluator lost the running episode's steps in a Redis outage: ``env_create()``
-    hands the same episode out again, from its start, at no cost to the score."""
+class EvaluatorRestarted(ArbiterError):
+    """The evaluator was restarted (``--resume``) while this client was inside an item it cannot
+    continue (its env or the agent's state from that item's start is gone). The evaluation goes
+    on at ``resume_item`` (the start of everything that depends on the lost item): arbiter's
+    runners rebuild their agent there; any other agent must be restarted."""
 
-    code = "EPISODE_LOST"
+    code = "RESTARTED"
+
+    def __init__(self, message: str, resume_item: int | None = None):
+        super().__init__(message)
+        self.resume_item = resume_item
 
 
 class ConfigError(ArbiterError):

@@ -20,12 +20,14 @@ Payloads (every other format, the env is the server's):
                    "spaces": {"observation", "action"} (protocol/spaces.py, plain data) and the
                    format's own fields (two-phase: "env_id", "stages" [{phase, stage, run, items}])
     ENV_CREATE   {"arbiter": {"item": i}} (optional: a reset within a training stage names the
-                 stage's item) → ENV_CREATE_RESPONSE {observation, info, random_seed,
-                   "arbiter": {"item": i, "seed", the item's place in the plan ...}}; when no item
+                 stage's item) → ENV_CREATE_RESPONSE {observation, info,
+                   "arbiter": {"item": i, the item's place in the plan ...}} (no seed: an
+                   episode's seed is named only once it is over, below); when no item
                    is left the legacy False fields and "arbiter": {"finished": true}
     ENV_STEP     {"action": any value of the action space}
                  → always ENV_STEP_RESPONSE {observation, reward, terminated, truncated, info,
-                   done, step, invalid_actions, "arbiter": {"stage_over": bool, ...}}
+                   done, step, invalid_actions, "arbiter": {"stage_over": bool, ...}}; the
+                   step that ends an episode also has "arbiter": {"seed": its reset seed}
     ENV_SUBMIT   {} → ENV_SUBMIT_RESPONSE {score, score_secondary, "arbiter": {"scores"}}
     any failure  → ERROR {"code": ..., "message": ...} (INVALID_ACTION: nothing was applied)
     Shared frames (protocol/shared_frames.py): a PING with "arbiter": {"frames": "shared"} gets
@@ -34,8 +36,17 @@ Payloads (every other format, the env is the server's):
     {"__shared__": [offset, nbytes], "dtype", "shape"}, their bytes in the segment.
 
 Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
-and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}, and
-for arbiter's client {"type": EPISODE_LOST} (the episode will be played again).
+and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}.
+
+The handshake names the format: a PING of arbiter's client says what it plays, {"arbiter":
+{"client": name, "formats": [names] or "server-side"}}; a client of another format is refused
+(WRONG_FORMAT, naming both) and the evaluation ends FAILED with that cause.
+
+After ``--resume`` (formats whose env is the server's), the first request of the client that
+lived through the restart binds it again. A step, or an ENV_CREATE with "arbiter": {"within":
+true} (a reset inside the item it names), from inside an item the killed evaluator was running
+is refused with RESTARTED, whose payload's "arbiter": {"resume_item": i} says where the
+evaluation goes on (the start of the item's group, server/evaluation_restarts.py).
 
 Every request of arbiter's client carries {"arbiter": {"session": id, "seq": n}} in its payload.
 A handshake (PING, or an ENV_CREATE without one) binds the evaluation to its session; another
@@ -71,9 +82,6 @@ class FLATLAND_RL:  # noqa: N801 - the wire names, spelled as flatland-rl spells
 
 
 REQUEST_TYPES = frozenset({FLATLAND_RL.PING, FLATLAND_RL.ENV_CREATE, FLATLAND_RL.ENV_STEP, FLATLAND_RL.ENV_SUBMIT})
-# arbiter's own out-of-band error: the episode lost steps in a Redis outage and will be played
-# again from the start at the next ENV_CREATE (only sent to arbiter's client).
-EPISODE_LOST = "ARBITER.EPISODE_LOST"
 TIMEOUT_TYPES = frozenset({FLATLAND_RL.ENV_STEP_TIMEOUT, FLATLAND_RL.ENV_RESET_TIMEOUT})
 
 

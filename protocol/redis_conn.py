@@ -2,10 +2,13 @@
 
 redis-py retries failed commands by default; a retried LPUSH duplicates a request and a
 retried BLPOP can wait many times its timeout, so every retry here is the caller's decision.
+``bounded_take`` pops from a list without ever receiving more than a given number of bytes,
+whatever another client pushed there.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Sequence
 from typing import Any
@@ -85,13 +88,16 @@ class Packets:
         Redis at once (a reply an agent waits for) without waiting for Redis's answer."""
         self._exchange(commands, read=False)
 
-    def run(self, commands: Sequence[tuple[Any, ...]], errors_in_place: bool = False) -> list[Any]:
+    def run(self, commands: Sequence[tuple[Any, ...]], errors_in_place: bool = False, unanswered: int = 0) -> list[Any]:
         """Write ``commands`` and return their replies (read after those of earlier sends). An
         error reply is raised, or with ``errors_in_place`` returned as its ``ResponseError``,
-        the replies of earlier sends included."""
-        return self._exchange(commands, read=True, errors_in_place=errors_in_place)
+        the replies of earlier sends included. ``unanswered``: how many of ``commands`` Redis
+        sends no reply for (``CLIENT REPLY OFF`` and those it runs before ``CLIENT REPLY ON``)."""
+        return self._exchange(commands, read=True, errors_in_place=errors_in_place, unanswered=unanswered)
 
-    def _exchange(self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False) -> list[Any]:
+    def _exchange(
+        self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False, unanswered: int = 0
+    ) -> list[Any]:
         if self._pid != os.getpid():
             # A forked child never writes on its parent's socket (nor shuts it down): it leaves
             # the inherited connection alone and opens its own, as redis-py's pool does.
@@ -113,7 +119,7 @@ class Packets:
                 self._unread += len(commands)
                 return []
             parser = connection._parser
-            replies = [self._reply(sock, parser) for _ in range(self._unread + len(commands))]
+            replies = [self._reply(sock, parser) for _ in range(self._unread + len(commands) - unanswered)]
             self._unread = 0
         except TimeoutError as exc:  # the socket's timeout: Redis hung
             self._lost(connection)
@@ -129,7 +135,7 @@ class Packets:
         for reply in replies:
             if isinstance(reply, redis.ResponseError):  # read whole, like the replies after it
                 raise reply
-        return replies[len(replies) - len(commands) :]
+        return replies[len(replies) - (len(commands) - unanswered) :]
 
     def _lost(self, connection: Any) -> None:
         connection.disconnect()
@@ -202,6 +208,39 @@ def _argument_bytes(argument: Any) -> bytes:
     if isinstance(argument, (int, float)) and not isinstance(argument, bool):
         return repr(argument).encode()
     raise TypeError(f"a Redis command argument must be bytes, text or a number, not {type(argument).__name__}")
+
+
+# Runs inside Redis: takes up to ARGV[1] values from the tail of the list KEYS[1], the oldest
+# first, while their bytes add up to at most ARGV[2]; a value over ARGV[3] bytes is cut to
+# ARGV[3] + 1. One that does not fit any more is put back where it was, to be taken first next.
+BOUNDED_TAKE_SCRIPT = """
+local most, room, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local taken = {}
+for i = 1, most do
+  local value = redis.call('RPOP', KEYS[1])
+  if not value then break end
+  local kept = value
+  if #kept > limit then kept = string.sub(kept, 1, limit + 1) end
+  if #kept > room then
+    redis.call('RPUSH', KEYS[1], value)
+    break
+  end
+  room = room - #kept
+  taken[i] = kept
+end
+return taken
+"""
+BOUNDED_TAKE_SHA = hashlib.sha1(BOUNDED_TAKE_SCRIPT.encode()).hexdigest()
+
+
+def bounded_take(key: str, most: int, room: int, cut_after: int, cached: bool) -> tuple[Any, ...]:
+    """The command that takes values from the tail of list ``key`` (the oldest, as LPUSH queues
+    them) and never hands over more than ``room`` bytes, however large the values: at most
+    ``most`` of them, each over ``cut_after`` bytes cut to ``cut_after + 1`` (``room`` must hold
+    one such). Its reply is the list of values taken. ``cached``: Redis has run the script
+    already (EVALSHA, which a Redis that lost its script cache answers with NOSCRIPT)."""
+    script = ("EVALSHA", BOUNDED_TAKE_SHA) if cached else ("EVAL", BOUNDED_TAKE_SCRIPT)
+    return (*script, 1, key, most, room, cut_after)
 
 
 def redacted(redis_url: str) -> str:

@@ -136,6 +136,7 @@ def worker_local(args: argparse.Namespace) -> int:
 
 def worker_remote(args: argparse.Namespace) -> int:
     from arbiter.client.remote_env import RemoteEnv
+    from arbiter.server.formats.diambra.env import episode_seed
 
     env = RemoteEnv(
         redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=60,
@@ -148,7 +149,7 @@ def worker_remote(args: argparse.Namespace) -> int:
         if info["env_done"]:
             raise BenchError("the evaluation ran out of episodes before the benchmark's steps")
         seen["observation"] = observation
-        return info["arbiter"]["seed"]
+        return episode_seed(SEED, episode)  # the evaluator names a seed only once its episode is over
 
     def step(action: list[int]) -> tuple[float, bool]:
         _, reward, terminated, truncated, _ = env.step(action)

@@ -18,17 +18,19 @@ The meta-dataset is ``--tests DIR`` (such as the round-1 ``input_data/``), else 
 round 1's size (30 datasets, 20 algorithms) written by arbiter's generator. Each path runs in a
 subprocess of its own (``--worker MODE``) that loads what it needs first and then measures: the
 in-process path from the first fold's agent to the last dataset's last step; the arbiter path
-from its first ENV_CREATE to the reply to the last dataset's last step (the handshake and the
-agent's import are set-up, as loading the meta-dataset is; the final ENV_SUBMIT, which computes
-the scores the in-process path never does, is reported apart). The paths alternate within each
-round; ratios are per round.
+from its first ENV_CREATE to the reply to the last dataset's last step (the handshake is set-up,
+as loading the meta-dataset is; the folds' processes, which import the agent, are counted; the
+final ENV_SUBMIT, which computes the scores the in-process path never does, is reported apart).
+The paths alternate within each round; ratios are per round.
 Every run must score exactly what the first in-process run scored (per dataset, the ALC and final
 score; the evaluator's records too), else MISMATCH and exit 1.
 
 Reported: wall time per path, the ratio arbiter / in process (target ≤ 2), the overhead per
-``suggest`` ((arbiter − in process) / suggestions), and the round trip of one step as the runner
-sees it. ``--quick``: 1 round, no warm-up, a 12-dataset set. Only 127.0.0.1 is used; every process
-this script starts (and its redis-server) is stopped by pid on the way out.
+``suggest`` ((arbiter − in process) / suggestions), the same without the runner's per-fold process
+starts (each fold's agent is a fresh interpreter importing it), what those starts took, and the
+round trip of one step as the runner sees it. ``--quick``: 1 round, no warm-up, a 12-dataset
+set. Only 127.0.0.1 is used; every process this script starts (and its redis-server) is stopped by
+pid on the way out.
 
 Exit status: 0 checks passed; 1 MISMATCH; 2 a run failed, timed out or was interrupted.
 """
@@ -116,18 +118,17 @@ def worker_arbiter(args: argparse.Namespace) -> int:
 
     began = time.perf_counter()
     wire = TimedWire(args.redis_url, args.service_id, reply_timeout_s=args.reply_timeout)
-    runner = metalc.Runner(wire)
-    runner.seed_before_import()
-    agent_class = metalc.import_agent_class(str(AGENTS_DIR), args.agent_module)
+    runner = metalc.Runner(wire, metalc.Submission.checked(str(AGENTS_DIR), args.agent_module))
     setup = time.perf_counter() - began
     began = time.perf_counter()
-    scores = runner.play(agent_class)
+    scores = runner.play()
     submit = time.perf_counter() - last_step_at[0]  # the last ENV_CREATE, and ENV_SUBMIT's scoring
     wall = last_step_at[0] - began
     wire.close()
     emit({"path": "arbiter", "setup_s": setup, "wall_s": wall, "submit_s": submit, "score": scores.get("score"),
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
-          "step_mean_s": statistics.fmean(step_s)})  # fmt: skip
+          "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
+          "folds": len(runner.fold_start_s)})  # fmt: skip
     return 0
 
 
@@ -198,6 +199,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     pairs = list(zip(runs["arbiter"], runs["inprocess"], strict=True))
     ratio = [a["wall_s"] / b["wall_s"] for a, b in pairs]
     overhead = [(a["wall_s"] - b["wall_s"]) / suggests for a, b in pairs]
+    # the same without the folds' process starts (a fresh interpreter importing the agent, per fold)
+    overhead_in_folds = [(a["wall_s"] - a["fold_start_s"] - b["wall_s"]) / suggests for a, b in pairs]
     arbiter = runs["arbiter"]
     return {
         "suggests": suggests,
@@ -205,6 +208,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "wall_s": {path: spread([r["wall_s"] for r in runs[path]]) for path in PATHS},
         "ratio_arbiter_over_inprocess": {**spread(ratio), "per_round": ratio},
         "overhead_per_suggest_s": spread(overhead),
+        "overhead_per_suggest_without_fold_starts_s": spread(overhead_in_folds),
+        "fold_start_s": {**spread([r["fold_start_s"] / r["folds"] for r in arbiter]), "folds": arbiter[0]["folds"]},
         "step_round_trip_s": {
             "p50": statistics.median(r["step_p50_s"] for r in arbiter),
             "p99": statistics.median(r["step_p99_s"] for r in arbiter),
@@ -233,6 +238,10 @@ def print_table(report: dict[str, Any]) -> None:
           f"{overhead['max'] * 1e6:.0f}]; step round trip as the runner sees it: p50 {trip['p50'] * 1e6:.0f} µs, "
           f"p99 {trip['p99'] * 1e6:.0f} µs; the evaluator's own step "
           f"{s['server_step_mean_s'] * 1e6:.1f} µs mean")  # fmt: skip
+    starts, in_folds = s["fold_start_s"], s["overhead_per_suggest_without_fold_starts_s"]
+    print(f"of which the {starts['folds']} folds' process starts: {starts['median'] * 1e3:.0f} ms each "
+          f"[{starts['min'] * 1e3:.0f}–{starts['max'] * 1e3:.0f}]; overhead per suggest without them: "
+          f"{in_folds['median'] * 1e6:.0f} µs [{in_folds['min'] * 1e6:.0f}–{in_folds['max'] * 1e6:.0f}]")  # fmt: skip
     print(f"then the last ENV_CREATE and ENV_SUBMIT (the scores, with their bootstrap intervals): "
           f"{s['submit_s'] * 1e3:.1f} ms, not counted above")  # fmt: skip
     checks = report["checks"]

@@ -117,8 +117,8 @@ class Processes:
 
 
 def brpop_clients(conn: Any) -> int:
-    """Connections whose last command was BRPOP: evaluators waiting for requests."""
-    return sum(1 for client in conn.client_list() if client.get("cmd") == "brpop")
+    """Connections blocked in the evaluator's wait for requests (a BLMOVE: server/transport.py)."""
+    return sum(1 for client in conn.client_list() if client.get("cmd") == "blmove")
 
 
 def wait_until_listening(conn: Any, servers: list[Proc], baseline: int, timeout_s: float = 60.0) -> None:

@@ -132,8 +132,8 @@ def worker_remote(args: argparse.Namespace) -> int:
     stage_over_at: list[int] = []  # the steps after which the evaluator said the run was over
 
     def reset(episode: int) -> tuple[Any, int | None]:
-        observation, info = env.reset()
-        return observation, info[EXTENSION_KEY]["seed"]
+        observation, _ = env.reset()
+        return observation, _seed(args, episode)  # the evaluator names a seed only once its episode is over
 
     def step(action: int) -> tuple[Any, float, bool, bool]:
         observation, reward, terminated, truncated, info = env.step(action)

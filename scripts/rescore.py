@@ -22,6 +22,7 @@ from typing import Any
 
 from arbiter.server.formats import get_format
 from arbiter.server.formats.base import options_from_dict
+from arbiter.server.results import read_records
 from arbiter.server.scoring import scoring_rule
 
 
@@ -63,8 +64,7 @@ def main() -> int:
     args = parser.parse_args()
     with open(os.path.join(args.results, "summary.json"), encoding="utf-8") as handle:
         summary = json.load(handle)
-    with open(os.path.join(args.results, "episodes.jsonl"), encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle]
+    records = read_records(os.path.join(args.results, "episodes.jsonl"))  # whole items only, as resume reads
     format_name = summary.get("format") or "flatland"
     found = get_format(format_name)
     options = None

@@ -6,6 +6,10 @@ list, BLPOP on its reply lists — on this evaluation's own keys. A key-pattern 
 enough: SCAN, KEYS and RANDOMKEY ignore key patterns and would list every evaluation's keys, so
 every command not named stays forbidden. The password is given as its SHA-256 (``#...``), so
 the rule can be logged or stored without revealing it.
+
+Scripts (EVAL and the like) are among the forbidden: a script may touch any key. The evaluator,
+Redis's default user, runs one of its own to take requests (server/transport.py), so that
+however large the values the participant pushes, no more than the request limit leaves Redis.
 """
 
 from __future__ import annotations

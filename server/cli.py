@@ -10,22 +10,23 @@ import argparse
 import datetime
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError, ConfigError
+from arbiter.protocol.redis_conn import redacted
 
-from .cli_parser import DEBUG_TEST_PRESET, DEBUG_TEST_SEED, build_parser
-from .competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
+from .cli_parser import DEBUG_TEST_PRESET, DEBUG_TEST_SEED, DEFAULT_SERVICE_ID, build_parser
+from .competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, persisted_seed
 from .evaluation import State
 from .formats import get_format
 from .process_memory import keep_freed_memory
-from .progress import Progress
+from .progress import Progress, plural
 from .testsets import cached_test_set, generate_test_set
 
 EXIT_CODES = {State.SUCCESS.value: 0, State.FAILED.value: 1, State.INTERRUPTED.value: 130}
-DEFAULT_SERVICE_ID = "T12345"
 
 # flatland-rl's evaluator settings, honoured under their own names.
 FLATLAND_ENV_BUDGETS = {
@@ -71,7 +72,7 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
     if args.scoring:
         spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
     if args.seed is not None:
-        spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed})
+        spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed, "seed_fixed": True})
     if args.record is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
     if args.refuse_pickle:
@@ -86,18 +87,47 @@ def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None
     return args.tests or spec.tests or legacy
 
 
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _checked_redis_url(url: str, where: str) -> str:
+    """A Redis URL as given, or a clear error: an empty or scheme-less one would otherwise be
+    taken for "no URL" or fail deep inside the evaluation."""
+    if not url.strip():
+        raise ConfigError(
+            f"{where} is empty: give a Redis URL (redis://HOST:6379/0, unix:///path/redis.sock), "
+            "or leave it out for the default"
+        )
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in REDIS_SCHEMES:
+        raise ConfigError(f"{where} {url!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+    return url
+
+
 def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | None:
-    if args.redis_url:
-        return args.redis_url
-    if os.environ.get("ARBITER_REDIS_URL"):
-        return os.environ["ARBITER_REDIS_URL"]
+    if args.redis_url is not None:
+        return _checked_redis_url(args.redis_url, "--redis-url")
+    if os.environ.get("ARBITER_REDIS_URL"):  # set but empty is unset, as shells have it
+        return _checked_redis_url(os.environ["ARBITER_REDIS_URL"], "ARBITER_REDIS_URL")
     if embedded_ok:
-        return None  # arbiter run starts its own redis-server
+        return None  # arbiter run starts its own redis-server; arbiter watch looks for a local run
+    return flatland_default_redis()
+
+
+def flatland_default_redis() -> str:
+    """Where flatland's client looks for Redis."""
     return f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
 
 
+def given_service_id(args: argparse.Namespace) -> str | None:
+    """The service id the flag or the environment names, if any."""
+    if args.service_id is not None:
+        return keys.validate_service_id(args.service_id)
+    return os.environ.get("AICROWD_SUBMISSION_ID") or None
+
+
 def resolve_service_id(args: argparse.Namespace) -> str:
-    return keys.validate_service_id(args.service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
+    return keys.validate_service_id(given_service_id(args) or DEFAULT_SERVICE_ID)
 
 
 def resolve_results(args: argparse.Namespace) -> str:
@@ -128,12 +158,28 @@ def cmd_run(args: argparse.Namespace) -> int:
         results_dir=resolve_results(args),
         service_id=service_id,
         redis_url=resolve_redis_url(args, embedded_ok=True),
-        progress=Progress(enabled=not args.quiet),
+        progress=Progress(enabled=not args.quiet, format_name=spec.format),
         redis_outage_s=args.redis_outage_timeout,
     )
-    if outcome.agent_status not in (0, None):
-        print(f"arbiter: the agent exited with status {outcome.agent_status}", file=sys.stderr)
+    ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
+    if ending:
+        print(f"arbiter: {ending}", file=sys.stderr)
     return outcome.exit_code
+
+
+def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
+    """How the agent ended, in words, when there is something to say."""
+    if interrupted:
+        return "interrupted: the agent was stopped" if status is not None else "interrupted before the agent started"
+    if status is None or status == 0:
+        return None
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"the agent exited with status {status} (killed by {name})"
+    return f"the agent exited with status {status}"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -147,9 +193,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)
     results_dir = resolve_results(args)
-    progress = Progress(enabled=not args.quiet)
+    progress = Progress(enabled=not args.quiet, format_name=spec.format)
     if args.resume and not args.results:
         raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True)  # secret unless fixed
     service = start_service(
         spec,
         tests=tests,
@@ -172,12 +219,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
             args.datasets, args.algorithms, args.seed or 0, args.missing_fraction, args.duplicate_fraction
         )
         written = write_meta_dataset(args.out, settings)
-        print(f"wrote a synthetic MetaLC meta-dataset ({args.datasets} datasets, {args.algorithms} algorithms, "
-              f"{written} files) to {args.out}")  # fmt: skip
+        counts = [plural(args.datasets, "dataset"), plural(args.algorithms, "algorithm"), plural(written, "file")]
+        print(f"wrote a synthetic MetaLC meta-dataset ({', '.join(counts)}) to {args.out}")
         return 0
     seed = DEBUG_TEST_SEED if args.seed is None else args.seed
     paths = generate_test_set(args.out, preset=args.preset, seed=seed, overwrite=args.overwrite)
-    print(f"wrote {len(paths)} envs and metadata.csv to {args.out}")
+    print(f"wrote {plural(len(paths), 'env')} and metadata.csv to {args.out}")
     return 0
 
 
@@ -199,14 +246,33 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_watch(args: argparse.Namespace) -> int:
     from .watch import follow
 
-    state = follow(
-        resolve_redis_url(args, embedded_ok=False),
-        resolve_service_id(args),
-        timeout_s=args.timeout,
-        from_start=args.from_start,
-        out=sys.stdout,
-    )
+    redis_url, service_id = resolve_watched(args)
+    state = follow(redis_url, service_id, timeout_s=args.timeout, from_start=args.from_start, out=sys.stdout)
     return EXIT_CODES.get(state, 1)
+
+
+def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
+    """The Redis and service id ``arbiter watch`` follows: as given (flag, then environment);
+    with no Redis given, the local ``arbiter run`` (of the given service id, if one is given)
+    that announced itself; else flatland's default Redis."""
+    redis_url = resolve_redis_url(args, embedded_ok=True)
+    if redis_url is not None:
+        return redis_url, resolve_service_id(args)
+    from .local_runs import local_runs, runs_folder, watch_command
+
+    wanted = given_service_id(args)
+    runs = [run for run in local_runs() if wanted is None or run.get("service_id") == wanted]
+    if len(runs) == 1:
+        run = runs[0]
+        print(f"arbiter: following the local run {run.get('pid')} (results in {run.get('results')})", file=sys.stderr)
+        return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
+    if len(runs) > 1:
+        # A URL's password is hidden here: that run's own start lines give its command.
+        commands = "\n".join(
+            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}" for run in runs
+        )
+        raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
+    return flatland_default_redis(), resolve_service_id(args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -222,12 +288,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         every=args.every,
         progress=sys.stderr,
     )
-    print(f"rendered {outcome.frames} frames of episode {outcome.index} ({outcome.env}) into {args.out}")
+    print(f"rendered {plural(outcome.frames, 'frame')} of episode {outcome.index} ({outcome.env}) into {args.out}")
     if not outcome.matches:
         print(f"the replay does NOT match the recorded episode: {'; '.join(outcome.mismatches)}", file=sys.stderr)
         return 1
     print(
-        f"the replay matches the recorded episode: {outcome.steps} steps, "
+        f"the replay matches the recorded episode: {plural(outcome.steps, 'step')}, "
         f"{outcome.arrived}/{outcome.num_agents} arrived, reward {outcome.reward:g}"
     )
     return 0

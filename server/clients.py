@@ -7,7 +7,10 @@ never interleave steps:
 - only a handshake binds: a PING, or an ENV_CREATE (a client that skips the PING). Any other
   request while no client is bound is refused, so the stray steps of a client that died before
   a ``--resume`` can never lock its successor out (and what was queued before a resumed
-  evaluator started never even reaches the gate: the service drops it);
+  evaluator started never even reaches the gate: the service drops it). The one exception is a
+  resumed evaluation of a format whose env is the server's (``rejoin``): there the first
+  request of any client binds, so an agent that lived through the evaluator's restart goes on
+  (its request is one it sent again, after the restart);
 - a handshake from another client while one is bound is refused (OTHER_CLIENT), unless the
   bound client has been silent for longer than ``takeover_after_s()``: as long as the running
   episode waits for it (its planning or step budget plus what is left in the time bank), the
@@ -20,8 +23,9 @@ For the bound client:
 - a request with the last sequence number seen is a resend (its reply was lost or late): it is
   answered from the cached reply and never applied again;
 - a lower sequence number is stale and dropped;
-- a jump over one or more numbers means requests were lost on the way (a Redis outage): the
-  caller decides what that costs (see EvaluatorService._lost_in_outage).
+- a jump over one or more numbers is counted (``lost_requests``) and the request applied as it
+  is: arbiter's client sends every request again until it is answered, so a gap is the client's
+  own doing, and it never buys a second try at anything (see EvaluatorService.handle).
 
 flatland's own client sends neither: it is bound as "the legacy client" and its requests are
 applied as they come. Two legacy clients on one service id cannot be told apart.
@@ -56,6 +60,7 @@ class Admission(NamedTuple):  # a tuple: one is made for every request, a frozen
     cached_reply: dict[str, Any] | None = None
     took_over_after_s: float | None = None  # this request replaced a client silent that long
     retry_after_s: float | None = None  # FOREIGN handshake: when a takeover becomes possible
+    bound: bool = False  # this request bound its client to the evaluation (the first, or a takeover)
 
 
 def other_client_reply(admission: Admission) -> dict[str, Any]:
@@ -68,9 +73,10 @@ def other_client_reply(admission: Admission) -> dict[str, Any]:
 
 
 class ClientGate:
-    def __init__(self, takeover_after_s: Callable[[], float]) -> None:
+    def __init__(self, takeover_after_s: Callable[[], float], *, rejoin: bool = False) -> None:
         self.owner: str | None = None
         self._takeover_after_s = takeover_after_s
+        self._rejoin = rejoin  # until a client is bound, any request may bind it (see the module docstring)
         self._heard_at = 0.0  # the bound client's last request (monotonic)
         self._last_seq: int | None = None
         self._last_reply: dict[str, Any] | None = None
@@ -80,10 +86,12 @@ class ClientGate:
         seq = ext.get("seq")
         who = session if isinstance(session, str) and 0 < len(session) <= _MAX_SESSION_LEN else LEGACY
         took_over_after_s = None
-        if who != self.owner:
+        bound = who != self.owner
+        if bound:
             if self.owner is None:
-                if not handshake:
+                if not handshake and not (self._rejoin and who is not LEGACY):
                     return Admission(Verdict.UNBOUND)
+                self._rejoin = False
             else:
                 silent_s = now - self._heard_at
                 limit_s = self._takeover_after_s()
@@ -94,14 +102,14 @@ class ClientGate:
             self._last_seq = self._last_reply = None
         self._heard_at = now
         if who is LEGACY or not isinstance(seq, int) or isinstance(seq, bool):
-            return Admission(Verdict.APPLY, took_over_after_s=took_over_after_s)
+            return Admission(Verdict.APPLY, took_over_after_s=took_over_after_s, bound=bound)
         last = self._last_seq
         if last is not None and seq == last:
             return Admission(Verdict.RESEND, seq, cached_reply=self._last_reply)
         if last is not None and seq < last:
             return Admission(Verdict.STALE, seq)
         lost = seq - last - 1 if last is not None else 0
-        return Admission(Verdict.APPLY, seq, lost=lost, took_over_after_s=took_over_after_s)
+        return Admission(Verdict.APPLY, seq, lost=lost, took_over_after_s=took_over_after_s, bound=bound)
 
     def remember(self, admission: Admission, reply: dict[str, Any] | None) -> None:
         """After applying a request: its reply is what a resend of it gets."""

@@ -6,12 +6,20 @@ The core keys are this module's; every other top-level key or table belongs to t
 checked by the format's options class. ``--set KEY=VALUE`` overrides any key (dotted for tables,
 ``phase2.max_steps=20000``; VALUE is read as TOML, else as a string) and is validated exactly
 like the file: unknown keys and impossible settings are errors, never silently ignored.
+
+The seed: ``arbiter run`` (the participant's own machine) resets with the competition's seed, so
+a local run reproduces exactly. A hosted evaluation (``arbiter serve``) of a format whose env
+lives on the server resets with a seed drawn at its start and known to the server only
+(``persisted_seed``), unless the organiser fixes one: a ``seed`` key in their own competition
+file, ``--set seed=`` or ``--seed``. A shipped preset's seed is public, so it fixes nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
+import secrets
 import tomllib
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +50,10 @@ class CompetitionSpec:
     accept_pickle: bool = True
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
     options: Any = None  # the format's own keys (its options dataclass), None for a format with none
+    # True: the seed is chosen (the organiser's competition file, --set seed=, --seed; or settled
+    # by persisted_seed); False: it is a shipped preset's or the default, public, and a hosted
+    # evaluation draws its own.
+    seed_fixed: bool = False
 
     def __post_init__(self) -> None:
         if self.format not in format_names():
@@ -65,6 +77,10 @@ class CompetitionSpec:
             raise ConfigError(f"{self.name}: accept_pickle must be true or false")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError(f"{self.name}: seed must be a whole number")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"{self.name}: seed must be a whole number >= 0, got {self.seed}")
+        if not isinstance(self.seed_fixed, bool):
+            raise ConfigError(f"{self.name}: seed_fixed must be true or false")
 
     def with_debug(self) -> CompetitionSpec:
         """Debug mode: the first 28 episodes, an overall limit of 48 minutes."""
@@ -86,7 +102,8 @@ class CompetitionSpec:
         return found
 
 
-_CORE_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name", "options"}
+# seed_fixed is where the seed came from, never a key of a file.
+_CORE_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name", "options", "seed_fixed"}
 _BUDGET_KEYS = {f.name for f in dataclasses.fields(BudgetPolicy)}
 
 
@@ -103,6 +120,10 @@ def preset_names() -> list[str]:
     return sorted(preset_paths())
 
 
+def _is_shipped_preset(path: str) -> bool:
+    return os.path.realpath(path) in {os.path.realpath(p) for p in preset_paths().values()}
+
+
 def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None) -> CompetitionSpec:
     if os.path.isfile(name_or_path):
         path, name = name_or_path, os.path.splitext(os.path.basename(name_or_path))[0]
@@ -117,10 +138,13 @@ def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[st
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    # A shipped preset's seed is public; the organiser's own file or a --set chooses one.
+    seed_fixed = "seed" in data and not _is_shipped_preset(path)
     for assignment in overrides or []:
         apply_override(data, assignment)
+        seed_fixed = seed_fixed or assignment.partition("=")[0].strip() == "seed"
     source = path if not overrides else f"{path} with --set {' '.join(overrides)}"
-    return spec_from_dict(name, data, source=source)
+    return dataclasses.replace(spec_from_dict(name, data, source=source), seed_fixed=seed_fixed)
 
 
 def parse_value(text: str) -> Any:
@@ -173,6 +197,91 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         raise ConfigError(f"{source}: {exc}") from None
     options = options_from_dict(found.options, own, source) if found.options is not None else None
     try:
-        return CompetitionSpec(name=name, budgets=budgets, options=options, **core)
+        return CompetitionSpec(name=name, budgets=budgets, options=options, seed_fixed="seed" in core, **core)
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+
+
+# -- the seed of a hosted evaluation ------------------------------------------------------------
+
+SEED_FILE = "seed.json"  # in the results folder: the seed a hosted evaluation started with
+# Formats whose env lives on the server, seeded by the competition seed: there the seed is a
+# secret worth keeping. Flatland's protocol hands every reset's seed to the client, which
+# rebuilds the env with it (a drawn seed would hide nothing, and flatland-rl's evaluator uses
+# 1001); MetaLC's runs are seeded as the challenge seeded them, whatever the competition's seed.
+SECRET_SEED_FORMATS = ("two-phase", "diambra")
+# Bits of a drawn seed: every reset's seed is derived from it (numpy's SeedSequence), and the
+# episodes reveal theirs once over; too many bits to find the drawn one from them by search.
+DRAWN_SEED_BITS = 64
+
+
+def seed_file(results_dir: str) -> str:
+    return os.path.join(results_dir, SEED_FILE)
+
+
+def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
+    """What ``persisted_seed`` wrote in a results folder (``{"seed", "drawn"}``), or None."""
+    path = seed_file(results_dir)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is unreadable ({exc}): it holds the seed this evaluation started with") from None
+    seed = found.get("seed") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or "seed" not in found or not (seed is None or type(seed) is int):
+        raise ConfigError(f"{path} holds no seed; it should name the seed this evaluation started with")
+    return found
+
+
+def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
+    """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
+    os.makedirs(results_dir, exist_ok=True)
+    path = seed_file(results_dir)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"seed": seed, "drawn": drawn}) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    folder = os.open(results_dir, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool) -> CompetitionSpec:
+    """The spec with the seed the evaluation in ``results_dir`` resets with.
+
+    Not hosted (``arbiter run``): the spec's seed, as it is. Hosted (``arbiter serve``): a fresh
+    evaluation of a format in ``SECRET_SEED_FORMATS`` draws a seed unless the spec's is fixed,
+    and every hosted evaluation writes its seed to the results folder before it starts (the
+    participant never sees it; the summary records it at the end). A resumed one reads it back,
+    so it resets with the seeds it started with."""
+    if not hosted:
+        return spec
+    if resume:
+        found = read_persisted_seed(results_dir)
+        if found is not None:
+            if spec.seed_fixed and spec.seed != found["seed"]:
+                raise ConfigError(
+                    "the seed given for this evaluation differs from the one it started with "
+                    f"({seed_file(results_dir)}); resume it without a seed, or with that one"
+                )
+            return dataclasses.replace(spec, seed=found["seed"], seed_fixed=True)
+        if not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS and _has_records(results_dir):
+            raise ConfigError(
+                f"{results_dir} holds episodes but not the seed they were played with ({SEED_FILE}); "
+                "give it with --seed N to resume"
+            )
+    drawn = not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS
+    seed = secrets.randbits(DRAWN_SEED_BITS) if drawn else spec.seed
+    _write_seed_file(results_dir, seed, drawn=drawn)
+    return dataclasses.replace(spec, seed=seed, seed_fixed=True)
+
+
+def _has_records(results_dir: str) -> bool:
+    episodes = os.path.join(results_dir, "episodes.jsonl")
+    return os.path.exists(episodes) and os.path.getsize(episodes) > 0

@@ -36,6 +36,7 @@ from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSI
 from . import evaluation_summary
 from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for
 from .evaluation_endings import Endings, State
+from .evaluation_restarts import Restarts
 from .evaluation_summary import core_fields, merge_records, stats
 from .formats.base import Item, OpenItem, Plan
 from .results import ResultsStore
@@ -45,7 +46,7 @@ from .scoring import ScoringRule
 log = logging.getLogger(__name__)
 
 
-class Evaluation(Endings):
+class Evaluation(Endings, Restarts):
     def __init__(
         self,
         plan: Plan,
@@ -61,6 +62,7 @@ class Evaluation(Endings):
         clock: Callable[[], float] = time.monotonic,
         on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
         on_finish: Callable[[Evaluation], None] | None = None,
+        on_replay: Callable[[list[int], str], None] | None = None,
     ):
         self.plan = plan
         self.items: list[Item] = plan.items
@@ -78,6 +80,7 @@ class Evaluation(Endings):
         self.clock = clock
         self.on_episode = on_episode
         self.on_finish = on_finish
+        self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
 
         self.state = State.RUNNING
         self.termination_cause = ""
@@ -97,6 +100,12 @@ class Evaluation(Endings):
         self.successive_timeouts = 0
         self.counters: Counter[str] = Counter()
         self.client_version: str | None = None
+        self.client_session: str | None = None  # the bound client's; every record names who played it
+        self.previous_client: str | None = None  # who played the last item before a restart
+        # Resumed, with the env on the server: the client may be inside an item this evaluator
+        # never opened (evaluation_restarts.py), until the first item is opened.
+        self.restarted = False
+        self.replayed: list[dict[str, Any]] = []  # items withdrawn and played again, for the summary
         # Per-step timings (seconds), kept compact: an 8-hour evaluation makes millions of steps.
         self.think_s = array("d")  # client time between our readiness and its next step
         self.server_step_s = array("d")  # our time to apply one step
@@ -156,6 +165,8 @@ class Evaluation(Endings):
         self.used_before_s = point.used_before_s
         self.successive_timeouts = point.successive_timeouts
         self.counters["resumed"] += 1
+        self.restarted = self.server_side
+        self.previous_client = next((r.get("client") for r in reversed(records) if not r.get("skipped")), None)
         log.info(
             "resuming after %d finished items (%.1f s of the overall budget used)", point.items_done, self.used_before_s
         )
@@ -164,6 +175,7 @@ class Evaluation(Endings):
 
     def on_ping(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
+        self.client_formats_check(extension(payload), now)
         version = payload.get("version") if isinstance(payload, dict) else None
         self.client_version = str(version)[:64] if version is not None else None
         body = {
@@ -182,7 +194,14 @@ class Evaluation(Endings):
     def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
         current = self.current
-        wanted = extension(payload).get("item") if self.server_side else None
+        ext = extension(payload) if self.server_side else {}
+        wanted = ext.get("item")
+        if self.restarted and current is None:
+            # The first reset after a restart: from inside an item (a reset within it, or one for
+            # an item after it) it cannot go on; from between items it goes on where it is.
+            if ext.get("within") is True or (type(wanted) is int and wanted > self.next_index):
+                self.restart_lost(now)
+            self.restarted = False
         if current is not None:
             if current.spans_resets:
                 if wanted is None or (type(wanted) is int and wanted == current.item.index):
@@ -244,6 +263,8 @@ class Evaluation(Endings):
         wants_reply = self.server_side or bool(extension(payload).get("reply"))
         episode = self.current
         if episode is None:
+            if self.restarted:  # a step of the item the killed evaluator was running
+                self.restart_lost(now)
             if self.wait is Wait.AFTER_TIMEOUT or (self.records and self.records[-1]["timed_out"]):
                 # A step of the episode that already timed out: late, ignored, never applied.
                 self.counters["late_steps"] += 1
@@ -285,10 +306,10 @@ class Evaluation(Endings):
     def on_submit(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
         if self.next_index >= self.total and self.current is None:
-            self.finish(State.SUCCESS, f"all {self.total} episodes evaluated", now)
+            self.finish(State.SUCCESS, f"all {self.items_said(self.total)} evaluated", now)
         else:
             played = len({r["index"] for r in self.records}) + (self.current is not None)
-            self._end_early(f"ENV_SUBMIT after {played} of {self.total} episodes", now)
+            self._end_early(f"ENV_SUBMIT after {played} of {self.items_said(self.total)}", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
     def preparation_pending(self) -> bool:
@@ -366,6 +387,7 @@ class Evaluation(Endings):
             planning_s=self._planning_s,
             step_think_s=stats(self._episode_think),
             time_bank_used_s=self.bank.used_s,
+            client=self.client_session if played else None,
         )
         records = merge_records(item.index, item.key, format_records, item_core, last_core)
         self.store.add_episodes(records)

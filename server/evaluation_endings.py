@@ -1,5 +1,5 @@
-"""How an evaluation's windows run out, how an item is cut short (a Redis outage, a takeover)
-and how the evaluation ends: the Evaluation's half that decides endings (server/evaluation.py has
+"""How an evaluation's windows run out, how an item is cut short (a takeover) and how the
+evaluation ends: the Evaluation's half that decides endings (server/evaluation.py has
 the requests). Mixed into ``Evaluation``: it works on the same state, and is apart only so that
 each half can be read on its own."""
 
@@ -10,9 +10,10 @@ import logging
 from typing import Any
 
 from arbiter.protocol.errors import EvaluationError
-from arbiter.protocol.messages import EPISODE_LOST, FLATLAND_RL
+from arbiter.protocol.messages import FLATLAND_RL
 
 from .budgets import Deadline, Wait, silence_before_takeover_s
+from .progress import count_items
 
 log = logging.getLogger("arbiter.server.evaluation")
 
@@ -68,11 +69,15 @@ class Endings:
         if wait is Wait.SUBMIT:
             self.finish(
                 State.SUCCESS,
-                f"all {self.total} episodes evaluated; "
+                f"all {self.items_said(self.total)} evaluated; "
                 f"no ENV_SUBMIT within the idle budget of {self.budgets.idle_s:g} s",
                 now,
             )
         return []
+
+    def items_said(self, count: int) -> str:
+        """``count`` items in the format's words ("3 episodes", "1 dataset")."""
+        return count_items(count, self.format_name)
 
     def check_overall(self, now: float) -> None:
         if self.started_at is not None and self.elapsed_s(now) >= self.budgets.overall_s:
@@ -85,7 +90,9 @@ class Endings:
         if self.finished:
             return
         if self.wait is Wait.SUBMIT:
-            self.finish(State.SUCCESS, f"all {self.total} episodes evaluated; the agent exited without ENV_SUBMIT", now)
+            self.finish(
+                State.SUCCESS, f"all {self.items_said(self.total)} evaluated; the agent exited without ENV_SUBMIT", now
+            )
         else:
             self._end_early(f"the agent process exited with status {status} before submitting", now)
 
@@ -114,7 +121,20 @@ class Endings:
         log.info("evaluation %s: %s", state.value, cause)
         if self.on_finish is not None:
             self.on_finish(self)  # before the summary is written, so what the hook counts is in it
-        self.store.write_summary(self.summary())
+        try:
+            self.store.write_summary(self.summary())
+        except EvaluationError as exc:  # the results folder cannot be written (results.ResultsUnwritable)
+            if self.state is State.SUCCESS:
+                # A score that cannot be written is not one: --resume writes it once it can.
+                self.termination_cause = f"{exc} (the evaluation had ended: {self.termination_cause})"
+                self.state = State.INTERRUPTED
+            log.error(
+                "%s not written (%s); the evaluation ended %s: %s",
+                self.store.summary_path,
+                exc.__cause__ or exc,
+                self.state.value,
+                self.termination_cause,
+            )
 
     def _fail_overall(self, now: float) -> None:
         elapsed = self.elapsed_s(now)
@@ -134,7 +154,7 @@ class Endings:
         for item in self.items[self.next_index :]:
             self._write(item, self.plan.unplayed(item), now, played=False)
         self.next_index = self.total
-        suffix = f"; {skipped} episodes not played count as unfinished" if skipped else ""
+        suffix = f"; {self.items_said(skipped)} not played count as unfinished" if skipped else ""
         self.finish(State.SUCCESS, cause + suffix, now)
 
     def _count_timeout(self, now: float) -> None:
@@ -145,20 +165,6 @@ class Endings:
             self._set_wait(Wait.AFTER_TIMEOUT, now)
 
     # -- an item cut short by the infrastructure or by a new client --------------------------
-
-    def replay_current_episode(self, now: float) -> list[dict[str, Any]]:
-        """The running episode lost steps in an outage: forget it; the next ENV_CREATE hands
-        the same episode out again. The client learns it through an out-of-band error."""
-        if self.current is None:
-            return []
-        self.counters["episodes_replayed"] += 1
-        log.warning("episode %d lost steps in a Redis outage; it will be played again", self.current.item.index)
-        self.current.close()
-        self.current = None
-        self.stage_at = None
-        self.next_index -= 1
-        self._set_wait(Wait.NEXT_EPISODE, now)
-        return [{"type": EPISODE_LOST}]
 
     def takeover_after_s(self) -> float:
         """How long the bound client must have been silent before another one may replace it."""

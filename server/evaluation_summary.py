@@ -22,6 +22,7 @@ CORE_FIELDS = (
     "time_bank_used_s",
     "debug",
     "elapsed_s",
+    "client",
 )
 
 
@@ -62,6 +63,7 @@ def core_fields(
     planning_s: float | None,
     step_think_s: dict[str, float] | None,
     time_bank_used_s: float,
+    client: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """The core's fields of an item's records: (for every record, for the item's last one)."""
     item_core = {
@@ -76,6 +78,7 @@ def core_fields(
         "time_bank_used_s": 0.0,
         "debug": debug,
         "elapsed_s": elapsed_s,  # overall budget used when it ended (for --resume)
+        "client": client,  # the session of the client that played it (--resume: did that agent live on?)
     }
     last_core = dict(item_core)
     if played:
@@ -150,6 +153,9 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "items": {"total": len(evaluation.items), "recorded": len({r["index"] for r in records})},
         "budgets": evaluation.budgets.as_dict(),
         "counters": dict(evaluation.counters),
+        # Items taken out of the results and played again after an evaluator restart (their
+        # records are in replayed.jsonl): which, and why.
+        "replayed": list(evaluation.replayed),
         "timing": {
             "evaluation_s": evaluation.elapsed_s(end),
             "step_think_s": stats(evaluation.think_s),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -51,6 +52,9 @@ def build_service(
             " nothing to resume"
         )
     records = store.load_for_resume() if resume else []
+    # An evaluation that started before (its events say so) continues, even with no item finished:
+    # its agent may be inside the first one.
+    continues = resume and (bool(records) or os.path.exists(store.events_path))
     if not resume:
         store.start_fresh()
     # Without recording the plan is used as it is: not even a wrapper on the step path.
@@ -69,8 +73,9 @@ def build_service(
             debug=spec.debug,
             on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
             on_finish=events.finished,
+            on_replay=events.replayed,
         )
-        if records:
+        if continues:
             evaluation.restore(records)
         transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
         if not resume:

@@ -43,6 +43,7 @@ EVENTS_FLUSH_INTERRUPTED_S = 0.3
 INTERRUPTED = "INTERRUPTED"  # the evaluation's state (not imported: `arbiter watch` loads no evaluator)
 
 STARTED, EPISODE, TIMEOUT, FINISHED = "started", "episode", "timeout", "finished"
+REPLAYED = "replayed"  # items withdrawn from the results, to be played again (a restart)
 # What an episode event carries of the episode's record (episodes.jsonl has the rest).
 EPISODE_FIELDS = (
     "index",
@@ -118,8 +119,9 @@ class EventLog:
             service_id=self.service_id,
             competition=evaluation.competition,
             scoring=evaluation.rule.name,
+            format=evaluation.format_name,
             episodes_total=evaluation.total,
-            episodes_done=len(evaluation.records),
+            episodes_done=len({r["index"] for r in evaluation.records}),  # items, as episodes_total counts
             resumed=resumed,
             debug=evaluation.debug,
             budgets=evaluation.budgets.as_dict(),
@@ -150,6 +152,12 @@ class EventLog:
         )
 
     @_never_raises
+    def replayed(self, items: list[int], cause: str) -> None:
+        """The Evaluation's ``on_replay``: these items' records were withdrawn (replayed.jsonl
+        keeps them); they are played again, and announced again as they end."""
+        self.emit(REPLAYED, items=items, cause=cause)
+
+    @_never_raises
     def finished(self, evaluation: Any) -> None:
         """The Evaluation's ``on_finish``: the last event, then the stream is flushed and closed."""
         if self.closed:
@@ -166,7 +174,7 @@ class EventLog:
                     for name in ("primary", "secondary", "primary_name", "secondary_name")
                 },
                 episodes_total=evaluation.total,
-                episodes_done=len(evaluation.records),
+                episodes_done=len({r["index"] for r in evaluation.records}),
                 timed_out=sum(1 for r in evaluation.records if r["timed_out"]),
                 evaluation_s=evaluation.elapsed_s(end),
                 debug=evaluation.debug,

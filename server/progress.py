@@ -24,19 +24,42 @@ def _fmt(value: Any, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+# What one item of a format's plan is called in the lines people read. A format not named here
+# (or not known, as in events written by an older evaluator) plays episodes.
+ITEM_NOUNS = {
+    "metalc": ("dataset", "datasets"),
+    "two-phase": ("episode or training run", "episodes and training runs"),
+}
+
+
+def item_noun(count: int, format_name: str | None) -> str:
+    singular, plural = ITEM_NOUNS.get(format_name or "", ("episode", "episodes"))
+    return singular if count == 1 else plural
+
+
+def count_items(count: int, format_name: str | None) -> str:
+    """``count`` items in the format's words: "1 episode", "3 datasets"."""
+    return f"{count} {item_noun(count, format_name)}"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
 class Progress:
-    def __init__(self, stream: TextIO | None = None, enabled: bool = True):
+    def __init__(self, stream: TextIO | None = None, enabled: bool = True, format_name: str | None = None):
         self.stream = stream or sys.stderr
         self.enabled = enabled
+        self.format_name = format_name  # names the items in the start line
 
     def note(self, text: str) -> None:
         if self.enabled:
             print(text, file=self.stream, flush=True)
 
     def started(self, *, service_id: str, tests: str, episodes: int, competition: str, debug: bool, redis: str) -> None:
-        label = " [DEBUG: first episodes only, shortened overall budget]" if debug else ""
+        label = " [DEBUG run: shortened, not an official score]" if debug else ""
         self.note(
-            f"arbiter: evaluating {episodes} episodes of {tests} ({competition}){label}\n"
+            f"arbiter: evaluating {count_items(episodes, self.format_name)} of {tests} ({competition}){label}\n"
             f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
         )
 
@@ -65,15 +88,16 @@ class Progress:
 
 def results_table(summary: dict[str, Any], records: list[dict[str, Any]], results_dir: str, plan: Any) -> str:
     """The format's columns per record (``plan.table_header``/``table_row``; a row of None is
-    left out), then the scores."""
-    lines = ["", f"{'#':>3}  {plan.table_header()}  note"]
+    left out; no table at all without a row), then the scores."""
+    rows = []
     for r in records:
         row = plan.table_row(r)
         if row is None:
             continue
         note = "timeout " + r["timeout"] if r["timed_out"] else ("abandoned" if r["abandoned"] else "")
         note = "not played" if r["skipped"] else note
-        lines.append(f"{r['index']:>3}  {row}  {note}")
+        rows.append(f"{r['index']:>3}  {row}  {note}".rstrip())
+    lines = ["", f"{'#':>3}  {plan.table_header()}  note", *rows] if rows else []
     score = summary["score"]
     debug = " (DEBUG run: not an official score)" if summary["debug"] else ""
     lines.append("")

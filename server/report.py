@@ -18,9 +18,10 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError
 
 from .report_charts import (
+    HeadlineFigure,
     budget_charts,
+    fmt_count,
     fmt_duration,
-    fmt_score,
     number,
     section,
 )
@@ -84,24 +85,63 @@ def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
 # --- the headline ------------------------------------------------------------------------------
 
 
-def _spread_text(spread: Any) -> str:
+def _spread_text(figure: HeadlineFigure) -> str:
+    spread = figure.spread
+    if figure.value is None:
+        return figure.missing
     if not isinstance(spread, dict):
         return ""
     parts = []
     if number(spread.get("std")) is not None:
-        parts.append(f"std {fmt_score(spread['std'])}")
+        parts.append(f"std {figure.text(spread['std'])}")
     if number(spread.get("n")) is not None:
-        parts.append(f"n = {int(spread['n'])}")
+        parts.append(f"n = {fmt_count(spread['n'])}")
+    if number(spread.get("iqm")) is not None:
+        parts.append(f"IQM {figure.text(spread['iqm'])}")
     interval = spread.get("ci95")
     if isinstance(interval, list) and len(interval) == 2:
-        parts.append(f"95% CI [{fmt_score(interval[0])}, {fmt_score(interval[1])}]")
+        parts.append(f"95% CI [{figure.text(interval[0])}, {figure.text(interval[1])}]")
     return " · ".join(parts)
+
+
+def headline_figures(summary: dict[str, Any]) -> list[HeadlineFigure]:
+    """The format's own figures where it names them, else the score's primary and secondary."""
+    from .formats import get_format
+
+    try:
+        found = get_format(str(summary.get("format") or "flatland"))
+    except ConfigError:
+        found = None
+    if found is not None and found.report_headline is not None:
+        return found.report_headline(summary)
+    score = summary.get("score") or {}
+    spread = score.get("spread") or {}
+    return [
+        HeadlineFigure(
+            score.get(key),
+            str(score.get(key + "_name") or key),
+            score.get(key + "_higher_is_better") if isinstance(score.get(key + "_higher_is_better"), bool) else None,
+            spread.get(key),
+            primary=key == "primary",
+        )
+        for key in ("primary", "secondary")
+    ]
+
+
+def _figure(figure: HeadlineFigure) -> str:
+    direction = figure.direction()
+    return (
+        f'<div class="score {"primary" if figure.primary else "secondary"}">'
+        f'<div class="value">{escape(figure.text(figure.value))}</div>'
+        f'<div class="label">{escape(figure.name)}</div>'
+        + (f'<div class="direction">{escape(direction)}</div>' if direction else "")
+        + f'<div class="spread">{escape(_spread_text(figure))}</div></div>'
+    )
 
 
 def _headline(summary: dict[str, Any], source: str) -> str:
     state = str(summary.get("state", "UNKNOWN"))
     score = summary.get("score") or {}
-    spread = score.get("spread") or {}
     debug = '<span class="badge debug">debug run</span>' if summary.get("debug") else ""
     facts = " · ".join(
         escape(str(value))
@@ -114,12 +154,7 @@ def _headline(summary: dict[str, Any], source: str) -> str:
             f'<div class="label">{escape(_no_score_reason(state))}</div></div>'
         )
     else:
-        scores = "".join(
-            f'<div class="score {css}"><div class="value">{fmt_score(score.get(key))}</div>'
-            f'<div class="label">{escape(str(score.get(key + "_name") or key))}</div>'
-            f'<div class="spread">{escape(_spread_text(spread.get(key)))}</div></div>'
-            for key, css in (("primary", "primary"), ("secondary", "secondary"))
-        )
+        scores = "".join(_figure(figure) for figure in headline_figures(summary))
     return (
         f'<header><p class="eyebrow">arbiter evaluation report · {facts}</p>'
         f'<div class="state-line"><span class="badge state {escape(state.lower())}">{escape(state)}</span>{debug}'
@@ -139,8 +174,8 @@ def _no_score_reason(state: str) -> str:
 
 def _recorded(items_done: dict[str, Any], counts: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     items = items_done.get("recorded", len(episodes))
-    text = f"{items} of {counts.get('total', '–')}"
-    return text if items == len(episodes) else f"{text} ({len(episodes)} episodes)"
+    text = f"{fmt_count(items)} of {fmt_count(counts.get('total'))}"
+    return text if number(items) == len(episodes) else f"{text} ({len(episodes)} episodes)"
 
 
 def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
@@ -149,10 +184,10 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     budgets = summary.get("budgets") or {}
     cells = [
         ("recorded", _recorded(summary.get("items") or {}, counts, episodes)),
-        ("finished", str(counts.get("finished", "–"))),
-        ("timed out", str(counts.get("timed_out", "–"))),
-        ("abandoned", str(counts.get("abandoned", "–"))),
-        ("not played", str(counts.get("skipped", "–"))),
+        ("finished", fmt_count(counts.get("finished"))),
+        ("timed out", fmt_count(counts.get("timed_out"))),
+        ("abandoned", fmt_count(counts.get("abandoned"))),
+        ("not played", fmt_count(counts.get("skipped"))),
         ("time used", f"{fmt_duration(timing.get('evaluation_s'))} of {fmt_duration(budgets.get('overall_s'))}"),
     ]
     items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in cells)
@@ -166,7 +201,7 @@ def _details(summary: dict[str, Any]) -> str:
     budgets = summary.get("budgets") or {}
     rows = [[label, fmt_duration(budgets.get(key)), meaning] for key, label, meaning in BUDGET_ROWS]
     rows.append(
-        ["Successive timeouts", str(budgets.get("max_successive_timeouts", "–")), "in a row end the evaluation"]
+        ["Successive timeouts", fmt_count(budgets.get("max_successive_timeouts")), "in a row end the evaluation"]
     )
     budget_table = table(["budget", "limit", "measured"], rows, "budgets")
     timing = summary.get("timing") or {}
@@ -174,11 +209,11 @@ def _details(summary: dict[str, Any]) -> str:
     for key, label in (("step_think_s", "agent time per step"), ("server_step_s", "evaluator time per step")):
         stats = timing.get(key) if isinstance(timing.get(key), dict) else {}
         timing_rows.append(
-            [label, str(stats.get("n", "–"))] + [fmt_duration(stats.get(k)) for k in ("min", "mean", "p99", "max")]
+            [label, fmt_count(stats.get("n"))] + [fmt_duration(stats.get(k)) for k in ("min", "mean", "p99", "max")]
         )
     timing_table = table(["all steps", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
     counters = summary.get("counters") or {}
-    counter_rows = [[str(name), str(value)] for name, value in sorted(counters.items())] or [["none", ""]]
+    counter_rows = [[str(name), fmt_count(value)] for name, value in sorted(counters.items())] or [["none", ""]]
     versions = summary.get("versions") or {}
     run_rows = [
         [label, str(summary.get(key))]

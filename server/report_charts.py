@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from dataclasses import dataclass
 from html import escape
 from typing import Any
 
@@ -32,6 +33,12 @@ def number(value: Any) -> float | None:
 def fmt_score(value: Any, digits: int = 4) -> str:
     score = number(value)
     return "–" if score is None else f"{score:.{digits}f}"
+
+
+def fmt_count(value: Any) -> str:
+    """A count or a step number as the whole number it is (a file may have stored it as a float)."""
+    count = number(value)
+    return "–" if count is None else str(round(count))
 
 
 def fmt_share(value: Any) -> str:
@@ -90,6 +97,27 @@ def _legend(*items: tuple[str, str]) -> str:
 EPISODE_LEGEND = _legend(*((css, text) for css, text in STATUS_TEXT.items()))
 
 
+@dataclass(frozen=True)
+class HeadlineFigure:
+    """One figure at the top of the page: its value, its name and which way is better."""
+
+    value: Any
+    name: str
+    higher_is_better: bool | None = None  # None: no direction to tell
+    spread: Any = None  # the scoring rule's spread of the figure (std, n, 95% interval, IQM)
+    whole: bool = False  # a step number: printed, with its spread, as whole numbers
+    primary: bool = False
+    missing: str = ""  # why there is no value, when there is none
+
+    def text(self, value: Any) -> str:
+        return fmt_count(value) if self.whole else fmt_score(value)
+
+    def direction(self) -> str:
+        if self.higher_is_better is None:
+            return ""
+        return "higher is better" if self.higher_is_better else "lower is better"
+
+
 def think(record: dict[str, Any], key: str) -> Any:
     stats = record.get("step_think_s")
     return stats.get(key) if isinstance(stats, dict) else None
@@ -106,13 +134,17 @@ def _tip(record: dict[str, Any], text: str) -> str:
     return f"#{record.get('index', '')} {record.get('env', '')} ({status_text(record)}): {text}"
 
 
-def episode_bars(episodes: list[dict[str, Any]], *, name: str, title: str, key: str, axis: Axis, fmt: Any) -> str:
+def episode_bars(
+    episodes: list[dict[str, Any]], *, name: str, title: str, key: str, axis: Axis, fmt: Any, base: float = 0.0
+) -> str:
+    """One bar per episode from ``base`` (the figure's worst value, so that better is taller),
+    labelled with its value, and the mean as a line."""
     plot = Plot(name, title=title, count=len(episodes), axis=axis, tick_format=fmt, x_labels=_x_labels(episodes))
     values = []
     for i, record in enumerate(episodes):
         value = number(record.get(key)) or 0.0
         values.append(value)
-        plot.bar(i, value, tip=_tip(record, fmt(value)), css=status(record))
+        plot.bar(i, value, tip=_tip(record, fmt(value)), css=status(record), base=base, label=fmt(value))
     plot.rule(statistics.fmean(values), label=f"mean {fmt(statistics.fmean(values))}", css="mean")
     return figure(title, plot.svg(), EPISODE_LEGEND)
 
@@ -137,7 +169,7 @@ def think_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     )
     for i, (_, stats, tip) in enumerate(rows):
         low, mean, p99, high = (number(stats.get(k)) or 0.0 for k in ("min", "mean", "p99", "max"))
-        text = f"{stats.get('n', '?')} steps; min {fmt_duration(low)}, mean {fmt_duration(mean)}, "
+        text = f"{fmt_count(stats.get('n'))} steps; min {fmt_duration(low)}, mean {fmt_duration(mean)}, "
         text += f"p99 {fmt_duration(p99)}, max {fmt_duration(high)}"
         plot.range(i, low=low, box_low=mean, box_high=p99, high=high, tip=tip + text)
     return figure(title, plot.svg())
@@ -176,7 +208,7 @@ def _time_bank_chart(episodes: list[dict[str, Any]], bank: float) -> str:
     for i, record in enumerate(episodes):
         used = min(number(record.get("time_bank_used_s")) or 0.0, bank)
         tip = _tip(record, f"{fmt_duration(used)} ({fmt_share(used / bank)} of the bank)")
-        plot.bar(i, used, tip=tip, css=status(record))
+        plot.bar(i, used, tip=tip, css=status(record), label=fmt_duration(used))
     plot.rule(bank, label=f"bank {fmt_duration(bank)}", css="budget")
     return figure(title, plot.svg(), EPISODE_LEGEND)
 

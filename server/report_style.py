@@ -2,7 +2,9 @@
 
 Only fonts every system has (the system UI font, else DejaVu/Liberation/Arial), so the page
 looks the same with no network. Episode colours: finished blue, timed out red, abandoned amber,
-not played grey; budgets are drawn in red, means in dark grey.
+not played grey; budgets are drawn in red, means in dark grey. A value label inside a bar is
+white, or dark on the light bars (abandoned, not played: svg.LIGHT_BARS); font sizes of chart
+labels match svg_text.py's, which places them.
 """
 
 STYLESHEET = """
@@ -30,6 +32,7 @@ header { padding-bottom: 20px; border-bottom: 1px solid var(--line); }
 .score.secondary .value { font-size: 34px; font-weight: 600; color: #31373d; }
 .score.none .value { font-size: 44px; color: var(--red); }
 .score .label { font-size: 15px; font-weight: 600; }
+.score .direction { color: var(--muted); font-size: 13px; font-style: italic; }
 .score .spread { color: var(--muted); font-size: 13px; font-variant-numeric: tabular-nums; }
 .cause { margin: 12px 0 0; overflow-wrap: anywhere; }
 .counts { display: grid; grid-template-columns: repeat(6, 1fr); gap: 12px; margin: 20px 0 0; }
@@ -72,6 +75,10 @@ footer { margin-top: 40px; color: var(--muted); font-size: 12px; overflow-wrap: 
 .rule.budget text { fill: var(--red); font-weight: 600; }
 .rule.mean line { stroke: #57606a; }
 .rule.mean text { fill: #31373d; font-weight: 600; }
+.rule .plate { fill: #fff; fill-opacity: .9; }
+.chart text.bar-label { font-size: 11px; font-weight: 600; fill: var(--text); }
+.chart text.bar-label.inside { fill: #fff; }
+.chart text.bar-label.inside.on-light { fill: var(--text); }
 .track { fill: #eef1f4; }
 .mark.used { fill: var(--blue); }
 .mark.over { fill: var(--red); }

@@ -1,25 +1,60 @@
-"""The results folder: each finished episode is written durably before anything else happens.
+"""The results folder: each finished item is written durably before anything else happens.
 
-- ``episodes.jsonl``: one JSON object per finished episode, appended, flushed and fsynced (the
-  source of truth);
+- ``episodes.jsonl``: one JSON object per record (an item's records: one episode, or a training
+  run's many), the source of truth. An item is appended whole in one write and fsynced; every
+  record carries its item's ``index``, and ``item_end`` (true on the item's last record only),
+  so ``read_items`` keeps an item only once its last record is there: an append cut short by a
+  kill, a full disk or a power loss leaves a torn tail that every reader drops (``--resume``
+  cuts it off the file);
 - ``results.csv``: the format's columns (Flatland: the test set's metadata columns plus
   flatland's result columns), one row per record, rewritten atomically (temp file + rename);
 - ``summary.json``: the evaluation's state and scores, rewritten atomically;
+- ``replayed.jsonl``: the records of items withdrawn to be played again (``withdraw_from``), as
+  they were in ``episodes.jsonl``, kept for the record;
 - ``events.jsonl``: the progress events (server/events.py), informational only;
 - ``replays/episode-<index>.json``: the actions of recorded episodes (server/recording.py).
+
+A folder that cannot be written (full, read-only) raises ``ResultsUnwritable`` and leaves what
+it held as it was: no temporary file, no part of an item.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
+import glob
+import hashlib
 import io
 import json
+import logging
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from arbiter.protocol.errors import EvaluationError
+
+log = logging.getLogger(__name__)
+
 REPLAYS_DIR = "replays"
+EPISODES_FILE = "episodes.jsonl"
+REPLAYED_FILE = "replayed.jsonl"
+# On every record written: true on its item's last record. Records written before arbiter marked
+# items carry no such field and stand for themselves.
+ITEM_END = "item_end"
+
+
+class ResultsUnwritable(EvaluationError):
+    """The results folder cannot be written (full, read-only, gone). The evaluation stops as
+    INTERRUPTED with this cause; ``--resume`` continues it once the folder can be written."""
+
+    def __init__(self, name: str, error: OSError):
+        reason = error.strerror or str(error)
+        super().__init__(
+            f"the results folder cannot be written ({name}: {reason}): the evaluation stops here; "
+            "`arbiter serve --resume` continues it once the folder can be written again"
+        )
 
 
 def replay_file(directory: str, index: int) -> str:
@@ -27,62 +62,203 @@ def replay_file(directory: str, index: int) -> str:
     return os.path.join(directory, REPLAYS_DIR, f"episode-{index}.json")
 
 
-def _atomic_write(path: str, text: str) -> None:
+# -- reading: whole items only ------------------------------------------------------------------
+
+
+@dataclass
+class StoredItem:
+    records: list[dict[str, Any]]  # as the evaluation made them (no ITEM_END)
+    data: bytes  # its lines, as written
+
+    @property
+    def index(self) -> Any:
+        return self.records[0].get("index")
+
+
+@dataclass
+class ItemsFile:
+    items: list[StoredItem] = field(default_factory=list)
+    whole_bytes: int = 0  # the file's bytes that hold whole items; the rest is a torn tail
+    size: int = 0
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        return [record for item in self.items for record in item.records]
+
+
+def read_items(path: str) -> ItemsFile:
+    """The whole items of a records file (``episodes.jsonl``, ``replayed.jsonl``), in order.
+
+    Reading stops at the first line that is cut or not a JSON object, and at a record that
+    cannot belong to the item being read (another index, or an unmarked record inside an
+    item): what follows the last whole item is a torn tail, however many complete lines it
+    holds. A missing file has no items."""
+    try:
+        with open(path, "rb") as handle:
+            data = handle.read()
+    except FileNotFoundError:
+        return ItemsFile()
+    found = ItemsFile(size=len(data))
+    pending: list[dict[str, Any]] = []
+    item_start = start = 0
+    while (end := data.find(b"\n", start)) >= 0:
+        try:
+            record = json.loads(data[start:end])
+        except ValueError:
+            break
+        if not isinstance(record, dict):
+            break
+        end_mark = record.pop(ITEM_END, None)
+        if pending and (end_mark is None or record.get("index") != pending[0].get("index")):
+            break
+        pending.append(record)
+        start = end + 1
+        if end_mark is None or end_mark is True:
+            found.items.append(StoredItem(pending, data[item_start:start]))
+            pending, item_start = [], start
+    found.whole_bytes = item_start
+    return found
+
+
+def read_records(path: str) -> list[dict[str, Any]]:
+    """The records of every whole item of ``path``: what resume, scoring and the tests read."""
+    return read_items(path).records
+
+
+def item_lines(records: list[dict[str, Any]]) -> bytes:
+    """One item's records as written: a JSON line each, the last one marked."""
+    last = len(records) - 1
+    return "".join(
+        json.dumps({**record, ITEM_END: i == last}, separators=(",", ":"), allow_nan=False) + "\n"
+        for i, record in enumerate(records)
+    ).encode()
+
+
+# -- writing ------------------------------------------------------------------------------------
+
+
+def _fsync_folder(directory: str) -> None:
+    handle = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(handle)
+    finally:
+        os.close(handle)
+
+
+def _atomic_write(path: str, data: str | bytes, sync_folder: bool = False) -> None:
+    """Temp file, fsync, rename (and, with ``sync_folder``, fsync of the folder, so the rename
+    itself survives a power loss). A failed write leaves the old file and no temp file."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(data.encode() if isinstance(data, str) else data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        if sync_folder:
+            _fsync_folder(os.path.dirname(path) or ".")
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        raise
+
+
+def _append(path: str, data: bytes) -> int:
+    """``data`` at the end of ``path`` in one write, fsynced; the file's size before. A write the
+    disk cuts short is taken back, so the file ends where it ended before."""
+    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+    try:
+        size = os.fstat(handle).st_size
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(handle, view) :]
+            os.fsync(handle)
+        except OSError:
+            _cut(path, size, handle)
+            raise
+    finally:
+        os.close(handle)
+    return size
+
+
+def _cut(path: str, size: int, handle: int | None = None) -> None:
+    """``path`` back to ``size`` bytes: a write that failed takes nothing with it. When even
+    this fails, what the write left is a torn item that every reader drops, or a whole one."""
+    try:
+        if handle is None:
+            with open(path, "r+b") as opened:
+                opened.truncate(size)
+                os.fsync(opened.fileno())
+        else:
+            os.ftruncate(handle, size)
+            os.fsync(handle)
+    except OSError as exc:
+        log.warning("cannot cut %s back to %d bytes: %s", path, size, exc)
 
 
 class ResultsStore:
     def __init__(self, directory: str, csv_columns: list[str], csv_row: Callable[[dict[str, Any]], dict[str, Any]]):
         self.directory = directory
         os.makedirs(directory, exist_ok=True)
-        self.episodes_path = os.path.join(directory, "episodes.jsonl")
+        self.episodes_path = os.path.join(directory, EPISODES_FILE)
         self.csv_path = os.path.join(directory, "results.csv")
         self.summary_path = os.path.join(directory, "summary.json")
         self.events_path = os.path.join(directory, "events.jsonl")
+        self.replayed_path = os.path.join(directory, REPLAYED_FILE)
         self.replays_dir = os.path.join(directory, REPLAYS_DIR)
         self.csv_columns = csv_columns
         self._csv_row = csv_row
         self._csv_rows: list[dict[str, Any]] = []
+        # The first write the folder refused: the evaluation ends with it as its cause.
+        self.unwritable: ResultsUnwritable | None = None
+
+    @contextlib.contextmanager
+    def _writing(self, path: str) -> Iterator[None]:
+        """A failure to write ``path`` raised as ResultsUnwritable, and remembered."""
+        try:
+            yield
+        except OSError as exc:
+            error = ResultsUnwritable(os.path.basename(path), exc)
+            if self.unwritable is None:
+                self.unwritable = error
+            raise error from exc
+
+    def _remove_temporaries(self) -> None:
+        """Temp files of writes a kill cut short (no evaluator writes this folder now)."""
+        for folder in (self.directory, self.replays_dir):
+            for tmp in glob.glob(os.path.join(glob.escape(folder), "*.tmp.*")):
+                with contextlib.suppress(OSError):
+                    os.remove(tmp)
 
     def start_fresh(self) -> None:
         """A new evaluation: earlier results in this folder would mix with ours."""
-        for path in (self.episodes_path, self.csv_path, self.summary_path, self.events_path):
-            if os.path.exists(path):
-                os.remove(path)
-        shutil.rmtree(self.replays_dir, ignore_errors=True)
+        with self._writing(self.directory):
+            for path in (self.episodes_path, self.csv_path, self.summary_path, self.events_path, self.replayed_path):
+                if os.path.exists(path):
+                    os.remove(path)
+            shutil.rmtree(self.replays_dir, ignore_errors=True)
+            self._remove_temporaries()
         self._csv_rows = []
 
     def load_for_resume(self) -> list[dict[str, Any]]:
-        """The finished episodes of an earlier, killed run; a torn last line is cut off.
-
-        A SIGKILL can land in the middle of an append: every complete line ends with a newline
-        and parses, so the file is truncated after the last such line.
-        """
-        if not os.path.exists(self.episodes_path):
-            return []
-        records: list[dict[str, Any]] = []
-        good_bytes = 0
-        with open(self.episodes_path, "rb") as handle:
-            for line in handle:
-                if not line.endswith(b"\n"):
-                    break
-                try:
-                    records.append(json.loads(line))
-                except ValueError:
-                    break
-                good_bytes += len(line)
-        if good_bytes != os.path.getsize(self.episodes_path):
-            with open(self.episodes_path, "r+b") as handle:
-                handle.truncate(good_bytes)
-                handle.flush()
-                os.fsync(handle.fileno())
+        """The records of the whole items of an earlier, killed run; a torn tail (an item whose
+        last record never made it, a cut line) is cut off the file first."""
+        stored = read_items(self.episodes_path)
+        with self._writing(self.episodes_path):
+            self._remove_temporaries()
+            if not os.path.exists(self.episodes_path):
+                return []
+            if stored.whole_bytes != stored.size:
+                log.warning(
+                    "%s ends with %d bytes of an item that was never written whole: cut off",
+                    self.episodes_path,
+                    stored.size - stored.whole_bytes,
+                )
+                _cut(self.episodes_path, stored.whole_bytes)
+        records = stored.records
         self._csv_rows = [self._csv_row(record) for record in records]
-        self._write_csv()
+        self._write_csv(self._csv_rows)
         return records
 
     def previous_summary(self) -> dict[str, Any] | None:
@@ -96,29 +272,71 @@ class ResultsStore:
         self.add_episodes([record])
 
     def add_episodes(self, records: list[dict[str, Any]]) -> None:
-        """One item's records (a training run may hold hundreds): appended and fsynced together,
-        and results.csv rewritten once."""
-        lines = "".join(json.dumps(r, separators=(",", ":"), allow_nan=False) + "\n" for r in records)
-        with open(self.episodes_path, "a", encoding="utf-8") as handle:
-            handle.write(lines)
-            handle.flush()
-            os.fsync(handle.fileno())
-        self._csv_rows.extend(self._csv_row(r) for r in records)
-        self._write_csv()
+        """One item's records (a training run holds many): appended in one write and
+        fsynced, then results.csv rewritten once. Either both happen or neither does."""
+        if not records:
+            return
+        rows = [self._csv_row(record) for record in records]
+        with self._writing(self.episodes_path):
+            size_before = _append(self.episodes_path, item_lines(records))
+        try:
+            self._write_csv(self._csv_rows + rows)
+        except ResultsUnwritable:
+            _cut(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
+            raise
+        self._csv_rows.extend(rows)
 
-    def _write_csv(self) -> None:
+    def withdraw_from(self, index: int) -> list[dict[str, Any]]:
+        """Take the records of every item from ``index`` on out of the results; returns them.
+
+        They are appended to replayed.jsonl first (one write, fsynced), then episodes.jsonl and
+        results.csv are rewritten without them (temp file, fsync, rename, fsync of the folder):
+        a crash at any point leaves them in episodes.jsonl, where resume and scoring read them,
+        or out of it, never in part. One that left them in both files costs nothing more: an
+        item already in replayed.jsonl, byte for byte, is not appended again."""
+        stored = read_items(self.episodes_path)
+        kept: list[StoredItem] = []
+        withdrawn: list[StoredItem] = []
+        for item in stored.items:
+            (withdrawn if isinstance(item.index, int) and item.index >= index else kept).append(item)
+        if not withdrawn and stored.whole_bytes == stored.size:
+            return []
+        with self._writing(self.replayed_path):
+            self._keep_replayed(withdrawn)
+        with self._writing(self.episodes_path):
+            _atomic_write(self.episodes_path, b"".join(item.data for item in kept), sync_folder=True)
+        rows = [self._csv_row(record) for item in kept for record in item.records]
+        self._write_csv(rows, sync_folder=True)
+        self._csv_rows = rows
+        return [record for item in withdrawn for record in item.records]
+
+    def _keep_replayed(self, items: list[StoredItem]) -> None:
+        """Append ``items`` to replayed.jsonl, but those it already holds (from a withdrawal a
+        crash cut short), after cutting off a torn tail of its own."""
+        held = read_items(self.replayed_path)
+        if held.whole_bytes != held.size:
+            _cut(self.replayed_path, held.whole_bytes)
+        present = {hashlib.sha256(item.data).digest() for item in held.items}
+        new = b"".join(item.data for item in items if hashlib.sha256(item.data).digest() not in present)
+        if new:
+            _append(self.replayed_path, new)
+
+    def _write_csv(self, rows: list[dict[str, Any]], sync_folder: bool = False) -> None:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.csv_columns, extrasaction="ignore", lineterminator="\n")
         writer.writeheader()
-        writer.writerows(self._csv_rows)
-        _atomic_write(self.csv_path, out.getvalue())
+        writer.writerows(rows)
+        with self._writing(self.csv_path):
+            _atomic_write(self.csv_path, out.getvalue(), sync_folder=sync_folder)
 
     def write_replay(self, index: int, replay: dict[str, Any]) -> None:
-        """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation."""
+        """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation.
+        A failure is the recorder's to count (an OSError): the evaluation does not need it."""
         os.makedirs(self.replays_dir, exist_ok=True)
         _atomic_write(
             replay_file(self.directory, index), json.dumps(replay, separators=(",", ":"), allow_nan=False) + "\n"
         )
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        _atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        with self._writing(self.summary_path):
+            _atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")

@@ -4,16 +4,23 @@ Redis (the given one, or an embedded redis-server), the evaluator in this proces
 agent command as a child process with the connection settings in its environment.
 
 Stopping (Ctrl-C, SIGTERM, SIGHUP): the agent runs in its own process group, so a terminal's
-Ctrl-C reaches arbiter alone, which ends the evaluation as INTERRUPTED, passes the signal on to
-the agent's whole group at once, kills the group if it is still there ``AGENT_INTERRUPT_GRACE_S``
+Ctrl-C reaches arbiter alone, which ends the evaluation as INTERRUPTED, sends SIGTERM to the
+agent's whole group at once, kills the group if it is still there ``AGENT_INTERRUPT_GRACE_S``
 later (at once on a second signal), then stops the embedded Redis. When ``arbiter run`` returns,
-no process of the agent's group is left.
+no process of the agent's group is left. SIGTERM, not the SIGINT of a Ctrl-C: a Python agent
+ends on it quietly, where SIGINT would fill the terminal with its KeyboardInterrupt traceback;
+the person who pressed Ctrl-C is told in one line that the agent was stopped.
+
+A run that cannot start (an agent command that is not a program, a Redis that cannot be used)
+fails with a clear error and leaves no results folder of its own behind.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import shlex
+import shutil
 import signal
 import subprocess
 import threading
@@ -21,12 +28,14 @@ import time
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
+from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 
 from .competition import CompetitionSpec
 from .embedded_redis import HOST, EmbeddedRedis
 from .evaluation import State
 from .evaluator import run_to_end, start_service
+from .local_runs import announce_run, watch_command, withdraw_run
 from .progress import Progress
 
 log = logging.getLogger(__name__)
@@ -44,6 +53,50 @@ class RunOutcome:
     summary: dict
     agent_status: int | None
     exit_code: int
+    interrupted: bool = False  # a stop signal (Ctrl-C) ended the run and stopped the agent
+
+
+def agent_command_problem(command: list[str]) -> str | None:
+    """Why ``command`` cannot be started as it is, or None: checked before anything is set up,
+    so a typo costs no Redis, no results folder and no evaluation. (The agent's PATH is this
+    process's: ``agent_environment`` adds to the environment, never changes it.)"""
+    program = command[0]
+    if os.sep in program:
+        if not os.path.exists(program):
+            return f"{program!r} does not exist"
+        if os.path.isdir(program):
+            return f"{program!r} is a folder, not a program"
+        if not os.access(program, os.X_OK):
+            return f"{program!r} is not executable (make it so, or name its interpreter: python {program})"
+        if _script_without_interpreter(program):
+            return f"{program!r} names no interpreter in a #! first line (add one, or run it as: python {program})"
+        return None
+    if shutil.which(program) is None:
+        return f"{program!r} is not a program on PATH"
+    return None
+
+
+def _script_without_interpreter(path: str) -> bool:
+    """A text file without a ``#!`` line: the system cannot run it (a program file holds NUL bytes)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return False  # the start itself says what is wrong
+    return not head.startswith(b"#!") and b"\0" not in head
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (what a run would create), or None."""
+    missing = None
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        missing = current
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return missing
 
 
 def agent_environment(
@@ -72,7 +125,6 @@ class AgentProcess:
         self.env = env
         self.process: subprocess.Popen | None = None
         self.interrupted_at: float | None = None  # monotonic time of the first stop signal
-        self._first_signal = signal.SIGINT
         self._interrupts = 0
 
     def start(self) -> None:
@@ -81,17 +133,16 @@ class AgentProcess:
         stdin = subprocess.DEVNULL if os.isatty(0) else None
         self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0)
         if self._interrupts:  # a stop signal came while the agent was being started
-            self._signal_group(self._first_signal if self._interrupts == 1 else signal.SIGKILL)
+            self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
 
     def interrupt(self, signum: int) -> None:
-        """A stop signal reached arbiter: the first is passed on to the agent's group, the
-        second kills the group."""
+        """A stop signal reached arbiter: the first sends SIGTERM to the agent's group (see the
+        module's docstring), the second kills the group."""
         self._interrupts += 1
         if self._interrupts == 1:
-            self._first_signal = signum
             self.interrupted_at = time.monotonic()
         if self.process is not None:
-            self._signal_group(signum if self._interrupts == 1 else signal.SIGKILL)
+            self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
 
     def _signal_group(self, signum: int) -> None:
         assert self.process is not None
@@ -140,10 +191,17 @@ def run_local(
     progress: Progress,
     redis_outage_s: float = 60.0,
 ) -> RunOutcome:
+    problem = agent_command_problem(agent_command)
+    if problem:
+        raise ConfigError(f"cannot start the agent: {problem}")
     embedded: EmbeddedRedis | None = None
     agent: AgentProcess | None = None
+    announcement: str | None = None
+    created = _first_missing(results_dir)  # removed again if the run fails before the agent starts
+    flatland = spec.format == "flatland"  # only Flatland agents may use flatland's own client
     legacy_host = None
     redis_label = None  # how the start line names the Redis: by default, the URL
+    agent_started = False
     try:
         if redis_url is None:
             embedded = EmbeddedRedis()
@@ -151,9 +209,9 @@ def run_local(
             # arbiter's own sides speak over the unix socket; flatland's client over TCP
             redis_url = embedded.local_url
             legacy_host = HOST
-            if redis_url != embedded.url:
+            if flatland and redis_url != embedded.url:
                 redis_label = f"{redacted(redis_url)} (flatland's client: {redacted(embedded.url)})"
-            if embedded.port != 6379:
+            if flatland and embedded.port != 6379:
                 progress.note(
                     f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
                     "flatland's FlatlandRemoteClient with its default port will not reach it"
@@ -170,15 +228,18 @@ def run_local(
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
         )
+        announcement = announce_run(redis_url, service_id, results_dir)
+        progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
         if not service.stop_requested:  # stopped while it started: the agent never runs
             try:
                 agent.start()
             except OSError as exc:
+                # The command passed the check above, yet cannot run (a program built for another
+                # system, say): nothing was evaluated, so nothing of this run is kept.
                 service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
                 service.transport.close()
-                summary = service.evaluation.summary()
-                progress.finished(summary, service.evaluation, results_dir)
-                return RunOutcome(summary, None, 1)
+                raise ConfigError(f"cannot start the agent {agent_command!r}: {exc}") from None
+            agent_started = True
             process = agent.process
             threading.Thread(
                 target=lambda: service.agent_exited(process.wait()), name="agent-watcher", daemon=True
@@ -194,9 +255,22 @@ def run_local(
             exit_code = 130
         else:
             exit_code = 1
-        return RunOutcome(summary, status, exit_code)
+        return RunOutcome(summary, status, exit_code, interrupted=agent.interrupted_at is not None)
+    except BaseException:
+        if not agent_started and created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
     finally:
+        withdraw_run(announcement)
         if agent is not None:
             agent.kill()
         if embedded is not None:
             embedded.stop()
+
+
+def _follow_hint(redis_url: str, service_id: str) -> str:
+    """The ``arbiter watch`` command that follows this run. A URL with a password is not
+    printed: ``arbiter watch`` finds the run by its announcement (server/local_runs.py) instead."""
+    if urlparse(redis_url).password:
+        return f"arbiter watch --service-id {shlex.quote(service_id)}"
+    return watch_command(redis_url, service_id)

@@ -22,13 +22,14 @@ from arbiter.protocol.errors import (
     ArbiterError,
     DecodeError,
     EvaluationError,
+    EvaluatorRestarted,
     OutOfOrder,
     ProtocolError,
     UnknownMessageType,
 )
-from arbiter.protocol.messages import FLATLAND_RL, error_reply, extension
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 
-from .clients import HANDSHAKES, ClientGate, Verdict, other_client_reply
+from .clients import HANDSHAKES, LEGACY, ClientGate, Verdict, other_client_reply
 from .evaluation import Evaluation
 from .frame_sharing import FrameSharing
 from .transport import RedisTransport, RedisUnavailable, StopRequested
@@ -62,7 +63,9 @@ class EvaluatorService:
         self.flood_queue_limit = flood_queue_limit
         self._handled_since_check = 0
         self._last_flood_check = time.monotonic()
-        self.gate = ClientGate(evaluation.takeover_after_s)
+        # A resumed evaluation whose env is the server's lets the agent that lived through the
+        # restart back in with whatever it sends again (see Evaluation.client_bound).
+        self.gate = ClientGate(evaluation.takeover_after_s, rejoin=evaluation.restarted)
         # What is queued before this evaluator serves was sent to an earlier one (a --resume):
         # a live client sends it again, and a dead one's must not bind the evaluation.
         self._leftovers = transport.queued()
@@ -70,7 +73,6 @@ class EvaluatorService:
         # gets back: errors-list entries go in the wire format of the client applied last.
         self.accept_pickle = accept_pickle
         self.client_wire = codec.MSGPACK
-        self._outages_seen = 0  # transport outages already accounted for
         self._downtime_seen_s = 0.0
         self._refused_replies_seen = 0  # transport.refused_replies already counted
         self.service_id = transport.service_id
@@ -96,22 +98,6 @@ class EvaluatorService:
     @property
     def stop_requested(self) -> bool:
         return self.transport.stop_requested
-
-    def _lost_in_outage(self, type_: str, lost: int, now: float) -> bool:
-        """Requests went missing before this one; returns whether to go on and apply it.
-
-        Only a Redis outage the evaluator itself saw can lose requests; then the running
-        episode cannot be trusted (its steps are incomplete) and is played again. A gap with no
-        outage is the client's doing: counted, and the request applied as it is.
-        """
-        self.evaluation.counters["lost_requests"] += lost
-        if self.transport.outages == self._outages_seen:
-            return True
-        self._outages_seen = self.transport.outages
-        for error in self.evaluation.replay_current_episode(self.clock()):
-            self.transport.push_error(codec.encode(error, wire=self.client_wire))
-        # A step of the discarded episode is not applied; anything else (ENV_CREATE) goes on.
-        return type_ != FLATLAND_RL.ENV_STEP
 
     def agent_exited(self, status: int) -> None:
         """The local agent process ended (``arbiter run``): finish once its requests are handled."""
@@ -147,9 +133,17 @@ class EvaluatorService:
                 self._account_downtime()
                 evaluation.interrupt(str(exc))
                 break
-            except Exception as exc:  # a bug of ours: end with a summary that says so, never a traceback
+            except Exception as exc:
+                if evaluation.store.unwritable is not None:  # not a bug: the results folder is full or read-only
+                    evaluation.interrupt(str(evaluation.store.unwritable))
+                    break
+                # A bug of ours: end with a summary that says so, never a traceback.
                 log.exception("internal error in the service loop")
                 evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
+                break
+            if evaluation.store.unwritable is not None:
+                # Refused while a request was handled: that request got the cause as its error reply.
+                evaluation.interrupt(str(evaluation.store.unwritable))
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
         self.frames.close()
@@ -186,7 +180,6 @@ class EvaluatorService:
                     self.transport.push_error(codec.encode(error, wire=self.client_wire))
             return True
         self.handle(raw, now)
-        self._outages_seen = self.transport.outages
         self._check_flood(now)
         return True
 
@@ -275,13 +268,27 @@ class EvaluatorService:
                     self.evaluation.take_over(admission.took_over_after_s, now)
                     if self.evaluation.finished:  # the episode it timed out was the last one allowed
                         raise EvaluationError(self.evaluation.termination_cause)
-                if admission.lost and not self._lost_in_outage(type_, admission.lost, now):
-                    return
+                if admission.bound:
+                    self.evaluation.client_bound(
+                        self.gate.owner,
+                        now,
+                        handshake_type=type_ if type_ in HANDSHAKES else None,
+                        took_over=admission.took_over_after_s is not None,
+                        legacy=self.gate.owner == LEGACY,
+                    )
+                # A gap in the sequence is the client's doing (arbiter's client sends a request
+                # again until it is answered): counted, and the request applied as it is. Not
+                # even a Redis outage makes the evaluator play an episode again on the client's
+                # word: that would be a second try on the same seed.
+                if admission.lost:
+                    counters["lost_requests"] += admission.lost
                 response = self.frames.applied(type_, payload, handler(payload, now))
         except ArbiterError as exc:
             counters[f"errors_{exc.code.lower()}"] += 1
             log.warning("request %s refused: %s", str(type_)[:80], exc)
             response = error_reply(exc.code, str(exc))
+            if isinstance(exc, EvaluatorRestarted):
+                response["payload"][EXTENSION_KEY] = {"resume_item": exc.resume_item}
         except RedisUnavailable:
             raise
         except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback

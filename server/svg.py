@@ -13,11 +13,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from .svg_text import BarLabel, Box, place_bar_label, place_line_label
+
 WIDTH = 960
 HEIGHT = 230
 LEFT, RIGHT, TOP, BOTTOM = 70, 20, 14, 34
 MAX_X_LABELS = 24
 LOG_FLOOR = 1e-6  # a log axis cannot show 0; a duration below a microsecond is drawn at 1 µs
+# Classes of bars light enough that a label inside them is drawn dark (report_style.py).
+LIGHT_BARS = frozenset({"abandoned", "skipped"})
 
 
 def _num(value: float) -> str:
@@ -32,6 +36,7 @@ class Axis:
     hi: float
     log: bool = False
     marks: tuple[float, ...] = ()  # a log axis's tick values (its lo and hi are two of them)
+    whole: bool = False  # counts or step numbers: no tick between two whole numbers
 
     def fraction(self, value: float) -> float:
         """Where ``value`` sits between ``lo`` (0.0) and ``hi`` (1.0), clamped to the axis."""
@@ -48,6 +53,8 @@ class Axis:
             stride = max(1, math.ceil((len(inside) - 1) / 7))  # at most 8 labelled ticks
             return inside[::stride] if inside[::stride][-1] == inside[-1] else inside[::stride] + [inside[-1]]
         step = _nice_step((self.hi - self.lo) / 5)
+        if self.whole:
+            step = max(step, 1.0)
         start = math.ceil(self.lo / step - 1e-9) * step
         count = int(math.floor((self.hi - start) / step + 1e-9)) + 1
         return [round(start + i * step, 12) for i in range(count)]
@@ -64,8 +71,9 @@ def _nice_step(raw: float) -> float:
     return 10 * power
 
 
-def linear_axis(values: Sequence[float], *, lo: float, hi: float) -> Axis:
-    """An axis from ``lo`` to ``hi``, widened (to nice steps) if a value falls outside."""
+def linear_axis(values: Sequence[float], *, lo: float, hi: float, whole: bool = False) -> Axis:
+    """An axis from ``lo`` to ``hi``, widened (to nice steps) if a value falls outside.
+    ``whole``: the values are counts or step numbers, ticked at whole numbers only."""
     low = min([lo, *values])
     high = max([hi, *values])
     if high <= low:
@@ -73,7 +81,19 @@ def linear_axis(values: Sequence[float], *, lo: float, hi: float) -> Axis:
     if low < lo or high > hi:
         step = _nice_step((high - low) / 5)
         low, high = math.floor(low / step) * step, math.ceil(high / step) * step
-    return Axis(low, high)
+    return Axis(low, high, whole=whole)
+
+
+def rounded_axis(values: Sequence[float], *, whole: bool = False) -> Axis:
+    """An axis over ``values`` whose ends are ticks: both ends are labelled, the lowest value
+    below zero included. ``whole``: the values are counts or step numbers."""
+    low, high = min(values, default=0.0), max(values, default=1.0)
+    if high <= low:
+        high = low + 1.0
+    step = _nice_step((high - low) / 5)
+    if whole:
+        step = max(step, 1.0)
+    return Axis(math.floor(low / step + 1e-9) * step, math.ceil(high / step - 1e-9) * step, whole=whole)
 
 
 def log_axis(values: Sequence[float], marks: Sequence[float] | None = None) -> Axis:
@@ -101,7 +121,8 @@ def log_axis(values: Sequence[float], marks: Sequence[float] | None = None) -> A
 class Plot:
     """One chart: ``count`` slots along x (one per episode), a value axis along y.
 
-    Marks are added per slot, then ``svg()`` gives the ``<svg>`` element as text.
+    Marks are added per slot, then ``svg()`` gives the ``<svg>`` element as text. Bar labels and
+    reference-line labels are placed there, once every mark is known, where nothing hides them.
     """
 
     def __init__(
@@ -123,8 +144,10 @@ class Plot:
         self.x_labels = list(x_labels)
         self.height = height
         self.marks: list[str] = []
-        self.overlays: list[str] = []
         self.points = 0
+        self._drawn: list[Box] = []  # where each mark is, so that no label covers one
+        self._bar_labels: list[BarLabel] = []
+        self._rules: list[tuple[float, str, str]] = []
 
     # -- geometry ----------------------------------------------------------------------------
 
@@ -149,26 +172,36 @@ class Plot:
             f'<{shape} class="mark {css}" data-value="{value:.6g}" {body}><title>{escape(tip)}</title></{shape}>'
         )
 
-    def bar(self, index: int, value: float, *, tip: str, css: str, base: float = 0.0) -> None:
-        """A bar from ``base`` to ``value`` (downwards for a value below the base)."""
+    def bar(self, index: int, value: float, *, tip: str, css: str, base: float = 0.0, label: str = "") -> None:
+        """A bar from ``base`` to ``value`` (downwards for a value below the base), with ``label``
+        (its value as text) inside it or beyond its end where it fits, else only in its tooltip."""
         width = max(1.0, min(self.slot() * 0.72, 56.0))
+        upward = value >= base
         top, bottom = sorted((self.y(value), self.y(base)))
-        height = max(bottom - top, 1.0)  # a zero-height bar still shows where it is
+        if bottom - top < 1.0:  # a bar at its base still shows where it is, on the side it grows to
+            top, bottom = (bottom - 1.0, bottom) if upward else (top, top + 1.0)
         left = self.x(index) - width / 2
+        box = Box(left, top, left + width, bottom)
+        self._drawn.append(box)
         self._mark(
-            "rect", value, tip, css, f'x="{_num(left)}" y="{_num(top)}" width="{_num(width)}" height="{_num(height)}"'
-        )
+            "rect", value, tip, css,
+            f'x="{_num(left)}" y="{_num(top)}" width="{_num(width)}" height="{_num(bottom - top)}"',
+        )  # fmt: skip
+        if label:
+            self._bar_labels.append(BarLabel(label, box, self.slot(), upward, bool(LIGHT_BARS & set(css.split()))))
 
     def dot(self, index: int, value: float, *, tip: str, css: str) -> None:
         radius = min(5.0, max(2.0, self.slot() * 0.3))
-        body = f'cx="{_num(self.x(index))}" cy="{_num(self.y(value))}" r="{_num(radius)}"'
-        self._mark("circle", value, tip, css, body)
+        x, y = self.x(index), self.y(value)
+        self._drawn.append(Box(x - radius, y - radius, x + radius, y + radius))
+        self._mark("circle", value, tip, css, f'cx="{_num(x)}" cy="{_num(y)}" r="{_num(radius)}"')
 
     def range(self, index: int, *, low: float, box_low: float, box_high: float, high: float, tip: str) -> None:
         """A whisker from ``low`` to ``high`` with a box from ``box_low`` to ``box_high``."""
         x = self.x(index)
         width = max(2.0, min(self.slot() * 0.5, 26.0))
         box_top, box_bottom = sorted((self.y(box_high), self.y(box_low)))
+        self._drawn.append(Box(x - width / 2, min(self.y(high), box_top), x + width / 2, max(self.y(low), box_bottom)))
         self.points += 1
         self.marks.append(
             f'<g class="mark range" data-value="{box_low:.6g}"><title>{escape(tip)}</title>'
@@ -180,13 +213,40 @@ class Plot:
         )
 
     def rule(self, value: float, *, label: str, css: str) -> None:
-        """A horizontal reference line across the chart (a budget, a mean), labelled at its right end."""
-        y = self.y(value)
-        label_y = y - 4 if y - 4 > TOP + 8 else y + 12
-        self.overlays.append(
-            f'<g class="rule {css}"><line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{_num(y)}" y2="{_num(y)}"/>'
-            f'<text x="{WIDTH - RIGHT - 4}" y="{_num(label_y)}" text-anchor="end">{escape(label)}</text></g>'
-        )
+        """A horizontal reference line across the chart (a budget, a mean), labelled at one end."""
+        self._rules.append((value, label, css))
+
+    # -- labels ------------------------------------------------------------------------------
+
+    def _labels(self) -> list[str]:
+        """The bars' labels, then the lines' labels, each where it covers no mark nor label."""
+        parts: list[str] = []
+        taken = list(self._drawn)
+        for label in self._bar_labels:
+            spot = place_bar_label(label, taken, Box(LEFT, 0.0, WIDTH, self.height - BOTTOM))
+            if spot is not None:
+                taken.append(spot.box)
+                parts.append(
+                    f'<text class="bar-label {spot.css}" x="{_num(spot.x)}" y="{_num(spot.baseline)}" '
+                    f'text-anchor="middle">{escape(label.text)}</text>'
+                )
+        for value, label, css in self._rules:
+            y = self.y(value)
+            spot = place_line_label(label, y, taken, Box(LEFT, 0.0, WIDTH - RIGHT, self.height - BOTTOM))
+            taken.append(spot.box)
+            plate = ""
+            if spot.css == "plated":
+                edge = spot.box.padded(2.0)
+                plate = (
+                    f'<rect class="plate" x="{_num(edge.left)}" y="{_num(edge.top)}" '
+                    f'width="{_num(edge.right - edge.left)}" height="{_num(edge.bottom - edge.top)}" rx="3"/>'
+                )
+            parts.append(
+                f'<g class="rule {css}"><line x1="{LEFT}" x2="{WIDTH - RIGHT}" y1="{_num(y)}" y2="{_num(y)}"/>'
+                f'{plate}<text x="{_num(spot.x)}" y="{_num(spot.baseline)}" text-anchor="{spot.anchor}">'
+                f"{escape(label)}</text></g>"
+            )
+        return parts
 
     # -- output ------------------------------------------------------------------------------
 
@@ -211,7 +271,7 @@ class Plot:
         return parts
 
     def svg(self) -> str:
-        body = "".join(self._axes() + self.marks + self.overlays)
+        body = "".join(self._axes() + self.marks + self._labels())
         return (
             f'<svg class="chart" data-chart="{escape(self.name)}" data-points="{self.points}" '
             f'viewBox="0 0 {WIDTH} {self.height}" role="img" aria-label="{escape(self.title)}" '

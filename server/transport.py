@@ -1,10 +1,18 @@
 """The evaluator's side of Redis: bounded blocking pops up to a deadline, replies, errors.
 
-Redis checks blocking-pop timeouts on its own timer (10 times a second by default), so a
-BRPOP can return up to ~100 ms after its timeout. Budgets must be exact, so the transport
-blocks with BRPOP only until ``POLL_MARGIN_S`` before the deadline and covers the last stretch
-with non-blocking RPOPs; the final RPOP happens after the deadline, so a command queued before
+Redis checks blocking-command timeouts on its own timer (10 times a second by default), so a
+blocking wait can return up to ~100 ms after its timeout. Budgets must be exact, so the
+transport blocks only until ``POLL_MARGIN_S`` before the deadline and covers the last stretch
+with non-blocking takes; the final take happens after the deadline, so a command queued before
 the deadline is always seen, and nothing queued is ever dropped.
+
+What the evaluator takes from Redis is bounded whatever the agent pushes (it may LPUSH values
+of any size Redis accepts onto its commands list): the blocking wait leaves the requests in the
+list and never sees one (``BLMOVE`` of the list onto itself, its reply switched off), and every
+request is taken by a script that runs inside Redis (``redis_conn.bounded_take``; the
+evaluator's user may run scripts, the participant's may not: see acl.py) and hands over at most
+``TAKE_BYTES`` at once, cutting a request over the request size limit to one byte more than the
+limit: enough to refuse it as too large, and no more.
 
 A stop must end the evaluation at once whatever Redis does (an orchestrator's SIGTERM is followed
 by SIGKILL), so no wait here outlives one: a stop from a signal handler ends the Redis call or
@@ -24,14 +32,14 @@ from typing import Any
 
 import redis
 
-from arbiter.protocol import keys
-from arbiter.protocol.errors import ArbiterError
-from arbiter.protocol.redis_conn import Packets, connect, redacted
+from arbiter.protocol import codec, keys
+from arbiter.protocol.errors import ArbiterError, ConfigError
+from arbiter.protocol.redis_conn import Packets, bounded_take, connect, redacted
 
 log = logging.getLogger(__name__)
 
 POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
-# Redis turns a BRPOP timeout into whole milliseconds and 0 means "block forever": never send
+# Redis turns a blocking timeout into whole milliseconds and 0 means "block forever": never send
 # a timeout that could round down to 0.
 MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
@@ -42,9 +50,13 @@ HUNG_AFTER_S = 10.0
 # Work done while waiting (preparing the next episode) runs only when the deadline is further
 # away than this: far longer than that work takes, so it never delays a budget decision.
 IDLE_WORK_MARGIN_S = 2.0
-# Commands taken from Redis per round trip when several are queued (RPOP with a count, Redis
-# 6.2+). A killed evaluator loses at most this many; sequence numbers tell the client's resends.
+# Commands taken from Redis per round trip when several are queued. A killed evaluator loses at
+# most this many; sequence numbers tell the client's resends.
 POP_BATCH = 64
+# The largest request the evaluator decodes, and what one round trip may take from Redis: the
+# requests' bytes add up to at most this, so the first request always fits (cut if over the limit).
+REQUEST_LIMIT = codec.COMMAND_LIMITS.max_bytes
+TAKE_BYTES = REQUEST_LIMIT + 1
 REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of piling up
 
 
@@ -92,6 +104,9 @@ class RedisTransport:
         # client never reads and which expires).
         self._replies: list[tuple[str, bytes]] = []  # not written yet, or written on a lost connection
         self._unconfirmed: list[tuple[str, bytes]] = []  # written, acknowledgement not read yet
+        # Whether Redis has the bounded take's script cached: EVALSHA then spares sending its text.
+        # A Redis that lost its cache (a restart, SCRIPT FLUSH) answers NOSCRIPT: the text goes again.
+        self._script_cached = False
         # Plain attributes, not a threading.Event: a signal handler sets and reads them, and one
         # that took a lock the interrupted code held would deadlock.
         self.stop_requested = False
@@ -179,11 +194,11 @@ class RedisTransport:
         """The next command, or None once ``deadline`` (monotonic) passed, a stop was asked, or
         an outage was ridden out (the caller moves its deadlines by the downtime and asks again).
 
-        Commands are taken up to ``POP_BATCH`` per round trip and handed out one by one: an
-        evaluator that fell behind a fire-and-forget client catches up without a round trip per
-        step, and one that keeps up waits and takes in a single round trip (see
-        ``_wait_and_take``). Every command handed out from a batch was in Redis when the batch
-        was taken, so it is on time for any window that opened later.
+        Commands are taken up to ``POP_BATCH`` (and ``TAKE_BYTES``) per round trip and handed
+        out one by one: an evaluator that fell behind a fire-and-forget client catches up
+        without a round trip per step, and one that keeps up waits and takes in a single round
+        trip (see ``_wait_and_take``). Every command handed out from a batch was in Redis when
+        the batch was taken, so it is on time for any window that opened later.
 
         While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
         ``idle_work()`` runs first."""
@@ -209,7 +224,7 @@ class RedisTransport:
             if may_block:
                 continue
             if remaining <= 0:
-                return None  # the empty RPOP above ran after the deadline: nothing on time is left
+                return None  # the empty take above ran after the deadline: nothing on time is left
             if idle:
                 idle_work()
                 continue
@@ -217,48 +232,87 @@ class RedisTransport:
         return None
 
     def _wait_and_take(self, block_s: float) -> list[bytes]:
-        """Block for the first command, then take what is queued behind it: one round trip.
+        """Block until a command is queued, then take what is queued: one round trip.
 
-        Redis runs a blocked client's next command only once the block ends, so the RPOP sent
-        in the same packet takes the commands that were queued when the BRPOP returned."""
-        found, rest = self._run_after_replies(
-            [("BRPOP", self.commands_key, round(block_s, 3)), ("RPOP", self.commands_key, POP_BATCH - 1)]
+        The wait is a BLMOVE of the commands list onto its own tail, which leaves the list as it
+        was and returns once it holds a command; its reply (that command) is switched off, so
+        nothing of any size reaches the evaluator but through the bounded take. Redis runs a blocked
+        client's next command only once the block ends, so the script sent in the same packet
+        takes the commands that were queued when the wait returned."""
+        key = self.commands_key
+        ok, taken = self._run_after_replies(
+            [
+                ("CLIENT", "REPLY", "OFF"),
+                ("BLMOVE", key, key, "RIGHT", "RIGHT", round(block_s, 3)),
+                ("CLIENT", "REPLY", "ON"),
+                self._take_command(POP_BATCH),
+            ],
+            unanswered=2,
+            own_errors_in_place=True,
         )
-        taken = [found[1]] if found is not None else []
-        taken.extend(rest or ())
-        return taken
+        if ok != b"OK":
+            # Redis refused to switch replies off (a user without CLIENT): it answered every
+            # command, the wait with the request it saw, and the answers are out of step.
+            self.packets.close()
+            raise ConfigError(
+                f"Redis refused CLIENT REPLY ({ok}): the evaluator's Redis user must be allowed CLIENT REPLY, "
+                "BLMOVE, EVAL and EVALSHA"
+            )
+        return self._taken(taken, POP_BATCH)
 
-    def _take_nowait(self) -> list[bytes]:
-        (taken,) = self._run_after_replies([("RPOP", self.commands_key, POP_BATCH)])
-        return taken or []
+    def _take_nowait(self, most: int = POP_BATCH) -> list[bytes]:
+        (taken,) = self._run_after_replies([self._take_command(most)], own_errors_in_place=True)
+        return self._taken(taken, most)
 
-    def _run_after_replies(self, commands: list[tuple[Any, ...]]) -> list[Any]:
+    def _take_command(self, most: int) -> tuple[Any, ...]:
+        return bounded_take(self.commands_key, most, TAKE_BYTES, REQUEST_LIMIT, cached=self._script_cached)
+
+    def _taken(self, reply: Any, most: int) -> list[bytes]:
+        """The commands the bounded take answered with; when Redis had lost its script
+        (NOSCRIPT, which took nothing), those of running it again from its text."""
+        if isinstance(reply, redis.ResponseError):
+            if not isinstance(reply, redis.exceptions.NoScriptError):
+                raise reply
+            self._script_cached = False
+            return self._take_nowait(most)
+        self._script_cached = True
+        return reply
+
+    def _run_after_replies(
+        self, commands: list[tuple[Any, ...]], unanswered: int = 0, own_errors_in_place: bool = False
+    ) -> list[Any]:
         """``commands`` in one packet behind the replies not written yet, reading the
-        acknowledgements of those written before; their replies. Every reply is confirmed when
-        this returns; when it fails, every unconfirmed reply is to be sent again."""
+        acknowledgements of those written before; their replies (``unanswered``: how many of
+        ``commands`` get none). Every reply is confirmed when this returns; when it fails, every
+        unconfirmed reply is to be sent again. An error reply to one of ``commands`` is raised,
+        or with ``own_errors_in_place`` returned in its place."""
+        own = len(commands) - unanswered
         try:
-            replies = self.packets.run(self._reply_commands() + commands, errors_in_place=True)
+            replies = self.packets.run(self._reply_commands() + commands, errors_in_place=True, unanswered=unanswered)
             if any(isinstance(reply, redis.ResponseError) for reply in replies):
-                self._sort_refusals(replies, len(commands))
+                self._sort_refusals(replies, own, raise_own=not own_errors_in_place)
         except BaseException:
             self._replies[:0] = self._unconfirmed
             self._unconfirmed.clear()
             raise
         self._replies.clear()
         self._unconfirmed.clear()
-        return replies[len(replies) - len(commands) :]
+        return replies[len(replies) - own :]
 
-    def _sort_refusals(self, replies: list[Any], own: int) -> None:
+    def _sort_refusals(self, replies: list[Any], own: int, raise_own: bool = True) -> None:
         """Error replies of a packet whose last ``own`` replies are the caller's and the rest the
         acknowledgements of the replies' RPUSH and EXPIRE. A reply list that the agent turned into
         another type (it SET its own reply key) refuses the RPUSH with WRONGTYPE: that reply is
         lost to the agent by its own doing and the evaluation goes on (``refused_replies``). Any
-        other refusal (out of memory, a missing permission), or one of the caller's, is raised."""
+        other refusal (out of memory, a missing permission) is raised, and one of the caller's
+        unless ``raise_own`` is False."""
         sent = self._unconfirmed + self._replies  # in the order of their acknowledgements
         acks = len(replies) - own
         paired = acks == 2 * len(sent)
         for index, reply in enumerate(replies):
             if not isinstance(reply, redis.ResponseError):
+                continue
+            if index >= acks and not raise_own:
                 continue
             if index < acks and paired and index % 2 == 0 and str(reply).startswith("WRONGTYPE"):
                 self.refused_replies += 1
@@ -278,7 +332,8 @@ class RedisTransport:
             self.flush()
         if self._batch:
             return self._batch.popleft()
-        return self._call(lambda: self.redis.rpop(self.commands_key))
+        taken = self._call(functools.partial(self._take_nowait, 1))
+        return taken[0] if taken else None
 
     def reply(self, channel: str, message: bytes) -> None:
         """Answer a request: written at once, so that Redis passes it on to the waiting agent

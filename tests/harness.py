@@ -15,6 +15,7 @@ import numpy as np
 from arbiter.server.budgets import BudgetPolicy
 from arbiter.server.competition import CompetitionSpec
 from arbiter.server.evaluator import build_service
+from arbiter.server.results import read_records
 from arbiter.server.service import EvaluatorService
 
 
@@ -94,10 +95,11 @@ def finish(outcome: dict[str, Any], timeout_s: float = 20.0) -> dict[str, Any]:
 
 
 def read_episodes(results: str, missing_ok: bool = False) -> list[dict[str, Any]]:
-    if missing_ok and not os.path.exists(os.path.join(results, "episodes.jsonl")):
-        return []
-    with open(os.path.join(results, "episodes.jsonl"), encoding="utf-8") as handle:
-        return [json.loads(line) for line in handle]
+    """The records of episodes.jsonl's whole items, read as resume and scoring read them."""
+    path = os.path.join(results, "episodes.jsonl")
+    if not (missing_ok or os.path.exists(path)):
+        raise FileNotFoundError(path)
+    return read_records(path)
 
 
 def read_events(results: str) -> list[dict[str, Any]]:

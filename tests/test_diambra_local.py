@@ -118,4 +118,4 @@ def test_the_example_agent_script_runs_an_evaluation(monkeypatch, capsys):
     assert [e["episode"] for e in summary["episodes"]] == [0, 1]
     assert all(e["engine"] == "mock" for e in summary["episodes"])
     assert summary["score"] == pytest.approx(sum(e["score"] for e in summary["episodes"]) / 2)
-    assert json.loads(capsys.readouterr().out) == summary
+    assert capsys.readouterr().out == f"{module.score_line(summary)} over 2 episodes\n"

@@ -140,11 +140,13 @@ def test_two_episodes_with_seeds_engine_mock_and_env_done_on_the_last_step():
             opened, payload, replies = play_item(plan, item)
             ext = payload[EXTENSION_KEY]
             assert ext["engine"] == "mock" and ext["episode"] == item.index
-            assert ext["seed"] == payload["random_seed"] == episode_seed(77, item.index)
+            assert "seed" not in ext and "random_seed" not in payload  # secret while the episode runs
             assert payload["info"]["env_done"] is False
             assert observation_space.contains(payload["observation"])
             last = replies[-1]
             assert last["done"] and last[EXTENSION_KEY]["stage_over"] and last["step"] == len(replies)
+            assert last[EXTENSION_KEY]["seed"] == episode_seed(77, item.index)  # named once it has ended
+            assert not any("seed" in r[EXTENSION_KEY] for r in replies[:-1])
             assert last["info"]["env_done"] is (item.index == 1)
             assert not any(r["info"]["env_done"] for r in replies[:-1])
             # a step reply crosses the wire whole: DIAMBRA's own observation dict, frame and RAM states

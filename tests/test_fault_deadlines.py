@@ -109,25 +109,25 @@ def transport_lane(redis_url: str, trials: list[tuple[str, float, float]]) -> li
 
 
 def shift(phase: str) -> float:
-    """Offsets of "handover" trials are from the instant the BRPOP hands over to polling."""
+    """Offsets of "handover" trials are from the instant the blocking wait hands over to polling."""
     return -POLL_MARGIN_S / MS if phase == "handover" else 0.0
 
 
 def test_f16_commands_pushed_at_the_deadline_are_processed_or_left_queued_never_lost(redis_url):
     rng = random.Random(16)
-    poll_lanes, poll_trials = 4, 450  # deadline 5..20 ms ahead: only the RPOP poll phase
-    brpop_lanes, brpop_trials = 8, 30  # deadline 150..300 ms ahead: a BRPOP first, then the poll phase
+    poll_lanes, poll_trials = 4, 450  # deadline 5..20 ms ahead: only the poll phase
+    blocking_lanes, blocking_trials = 8, 30  # deadline 150..300 ms ahead: a blocking wait first, then the poll phase
     lanes = [
         [("poll", rng.uniform(0.005, 0.020), OFFSETS_MS[n % 3] * MS) for n in range(poll_trials)]
         for _ in range(poll_lanes)
     ]
-    for _ in range(brpop_lanes):
+    for _ in range(blocking_lanes):
         trials = []
-        for n in range(brpop_trials):
+        for n in range(blocking_trials):
             ahead_s = rng.uniform(0.150, 0.300)
             if n % 2:
-                trials.append(("brpop", ahead_s, OFFSETS_MS[n // 2 % 3] * MS))
-            else:  # around the moment the BRPOP times out and the poll phase takes over
+                trials.append(("blocking", ahead_s, OFFSETS_MS[n // 2 % 3] * MS))
+            else:  # around the moment the blocking wait times out and the poll phase takes over
                 trials.append(("handover", ahead_s, -POLL_MARGIN_S + OFFSETS_MS[n // 2 % 3] * MS))
         lanes.append(trials)
 
@@ -136,7 +136,7 @@ def test_f16_commands_pushed_at_the_deadline_are_processed_or_left_queued_never_
 
     sent = len(results)
     print(f"\nF16 transport: {sent} commands")
-    for phase in ("poll", "brpop", "handover"):
+    for phase in ("poll", "blocking", "handover"):
         for offset in OFFSETS_MS:
             rows = [r for r in results if r["phase"] == phase and round(r["offset_ms"] - shift(phase)) == offset]
             pushed = sorted(r["pushed_vs_deadline_ms"] - shift(phase) for r in rows)
@@ -151,13 +151,13 @@ def test_f16_commands_pushed_at_the_deadline_are_processed_or_left_queued_never_
     assert sent >= 2000
     assert lost == [], lost[:10]
     assert processed + late == sent
-    # A command that was in Redis before the deadline is never refused (the last RPOP comes after it).
+    # A command that was in Redis before the deadline is never refused (the last take comes after it).
     # Judged on when each push reached Redis: the pusher threads aim at the deadline ± 1 ms, but on
     # a loaded machine a push aimed 1 ms early can land after the deadline, and is then rightly late.
     in_time = [r for r in results if r["in_redis_vs_deadline_ms"] < 0]
     assert sum(1 for r in in_time if r["phase"] != "handover") >= 100
     assert [r for r in in_time if r["outcome"] != "processed"] == []
-    # One pushed ~120 ms before the deadline (as the BRPOP hands over to polling) is never late.
+    # One pushed ~120 ms before the deadline (as the blocking wait hands over to polling) is never late.
     handover = [r for r in results if r["phase"] == "handover"]
     assert all(r["outcome"] == "processed" for r in handover), [r for r in handover if r["outcome"] != "processed"]
     # pop() never returns long after its deadline.

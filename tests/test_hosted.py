@@ -113,7 +113,7 @@ def run_evaluation(
         wait_for(lambda: "waiting for the agent" in tail(work / "evaluator.log"), timeout_s=60, what="the evaluator")
         agent = subprocess.run(agent_argv, env=agent_env, cwd=agent_dir, capture_output=True, text=True, timeout=120)
         assert agent.returncode == 0, agent.stderr[-3000:] + tail(work / "evaluator.log")
-        assert "scores:" in agent.stdout
+        assert "submitted: score " in agent.stdout
         assert evaluator.wait(timeout=60) == 0, tail(work / "evaluator.log")
         check_the_agent_is_confined(
             agent_env["ARBITER_REDIS_URL"],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from typing import Any
 
 import numpy as np
 import pytest
@@ -131,13 +132,23 @@ def tiny_meta(valid, test=None, budget=100, extra_datasets=0):
     )
 
 
+def play(episode: DatasetEpisode, *actions: tuple) -> list[Any]:
+    """Every step of ``actions`` as the episode saw it (it keeps only the scored ones)."""
+    steps = []
+    for action in actions:
+        episode.step(action)
+        steps.append(episode.last_step)
+    return steps
+
+
 def test_delta_t_is_clipped_to_what_remains_and_spending_it_all_ends_the_dataset():
     episode = DatasetEpisode(tiny_meta({"0": ([10.0, 30.0], [0.3, 0.6])}), "d", "dev")
     observation, done = episode.step((None, 0, -5))
     assert (observation, done, episode.remaining_budget) == ((0, 0.0, 0.0), False, 100.0)
+    assert episode.last_step.time == 0.0
     observation, done = episode.step((None, 0, 1000))
     assert (observation, done, episode.remaining_budget) == ((0, 30.0, 0.6), True, 0.0)
-    assert [s.time for s in episode.steps] == [0.0, 100.0]
+    assert (episode.last_step.time, episode.step_count) == (100.0, 2)
     with pytest.raises(InvalidAction, match="spent"):
         episode.step((None, 0, 1))
 
@@ -159,18 +170,15 @@ def test_an_algorithm_whose_next_point_is_beyond_each_slice_never_advances():
 
 def test_a_star_is_credited_with_its_point_as_of_the_step_before():
     episode = DatasetEpisode(tiny_meta({"0": ([10.0, 30.0], [0.3, 0.6])}), "d", "dev")
-    episode.step((0, 0, 10))  # explores 0 up to 10, but credits 0 as it was: nothing yet
-    episode.step((0, 0, 20))  # credits the point reached by the previous step
-    episode.step((0, 0, 70))
-    assert [(s.credited_time, s.score) for s in episode.steps] == [(0.0, 0.0), (10.0, 0.3), (30.0, 0.6)]
-    assert [s.time for s in episode.steps] == [10.0, 30.0, 100.0]
+    # explores 0 up to 10, but credits 0 as it was: nothing yet; then the point the step before reached
+    steps = play(episode, (0, 0, 10), (0, 0, 20), (0, 0, 70))
+    assert [(s.credited_time, s.score) for s in steps] == [(0.0, 0.0), (10.0, 0.3), (30.0, 0.6)]
+    assert [s.time for s in steps] == [10.0, 30.0, 100.0]
 
 
 def test_step_times_are_rounded_to_two_decimals():
     episode = DatasetEpisode(tiny_meta({"0": ([1.0], [0.5])}), "d", "dev")
-    episode.step((None, 0, 100 / 3))
-    episode.step((None, 0, 100 / 3))
-    assert [s.time for s in episode.steps] == [33.33, 66.67]
+    assert [s.time for s in play(episode, (None, 0, 100 / 3), (None, 0, 100 / 3))] == [33.33, 66.67]
 
 
 def test_the_development_phase_credits_validation_scores_and_the_final_phase_test_scores():
@@ -180,7 +188,7 @@ def test_the_development_phase_credits_validation_scores_and_the_final_phase_tes
         episode = DatasetEpisode(meta, "d", phase)
         episode.step((None, 0, 10))
         episode.step((0, 0, 90))
-        scores[phase] = episode.steps[-1].score
+        scores[phase] = episode.last_step.score
     assert scores == {"dev": 0.4, "final": 0.7}
 
 
@@ -188,7 +196,7 @@ def test_a_repeated_time_credits_its_first_point_and_observes_its_last():
     episode = DatasetEpisode(tiny_meta({"0": ([5.0, 5.0, 9.0], [0.3, 0.4, 0.5])}), "d", "dev")
     assert episode.step((None, 0, 6))[0] == (0, 5.0, 0.4)
     episode.step((0, 0, 94))
-    assert episode.steps[-1].score == 0.3
+    assert episode.last_step.score == 0.3
 
 
 def test_crediting_a_time_the_validation_curve_lacks_makes_the_dataset_score_zero():
@@ -197,7 +205,7 @@ def test_crediting_a_time_the_validation_curve_lacks_makes_the_dataset_score_zer
     episode.step((None, 0, 10))
     episode.step((0, 0, 90))  # credits test time 8.0, absent from the validation curve
     record = episode.record()
-    assert record["scores"] == [0.0, None]
+    assert (record["scores"], record["step_numbers"], record["steps"]) == ([None], [2], 2)  # the step that spoilt it
     assert (record["alc"], record["final_score"]) == (0.0, 0.0)
     assert "missing from" in record["failure"]
 
@@ -211,14 +219,15 @@ def test_an_invalid_action_is_refused_and_changes_nothing(action, message):
     episode = DatasetEpisode(tiny_meta({"0": ([10.0], [0.4])}), "d", "dev")
     with pytest.raises(InvalidAction, match=message):
         episode.step(action)
-    assert (episode.steps, episode.remaining_budget, episode.counters) == ([], 100.0, {"0": 0.0})
+    assert (episode.step_count, episode.last_step) == (0, None)
+    assert (episode.remaining_budget, episode.counters) == (100.0, {"0": 0.0})
 
 
 def test_algorithms_are_named_by_str_so_numpy_ints_and_strings_agree():
     episode = DatasetEpisode(tiny_meta({"0": ([5.0], [0.2]), "1": ([5.0], [0.9])}), "d", "dev")
     episode.step((None, np.int64(1), 5))
     episode.step(("1", 0, 95))
-    assert episode.steps[-1].score == 0.9
+    assert episode.last_step.score == 0.9
 
 
 # -- folds, meta-training data and seeds -------------------------------------------------------------

@@ -1,24 +1,19 @@
 """The MetaLC plan, driven directly through the format seam (open → create_payload → sanitize →
-step → step_reply → records), and the runner ``arbiter.client.metalc`` driving it through a
-stand-in for the evaluator that calls the seam in order and passes every message through the
-wire codec. The end-to-end tests (test_metalc_e2e.py) do the same through a real evaluator."""
+step → step_reply → records); the runner driving it is tested in test_metalc_runner.py."""
 
 from __future__ import annotations
 
 import os
 import random
-import sys
-import textwrap
 import types
 from typing import Any
 
 import numpy as np
 import pytest
 
-from arbiter.client import metalc as runner
 from arbiter.protocol import codec
 from arbiter.protocol.errors import ConfigError, InvalidAction
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
+from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import action_for, space_from_wire
 from arbiter.server.budgets import BudgetPolicy
 from arbiter.server.formats.base import options_from_dict
@@ -29,7 +24,6 @@ from arbiter.server.formats.metalc.local import play_phase
 from arbiter.server.formats.metalc.options import MetaLCOptions
 from arbiter.server.formats.metalc.plan import MetaLCPlan
 from arbiter.server.formats.metalc.report import best_so_far_points, report_sections
-from arbiter.server.formats.metalc.scoring import phase_score
 
 AGENTS_DIR = os.path.join(os.path.dirname(__file__), "..", "examples", "metalc_agent")
 SETTINGS = GeneratorSettings(datasets=14, algorithms=6, seed=1, missing_fraction=0.05, duplicate_fraction=0.15)
@@ -49,16 +43,10 @@ def meta(data_dir):
 
 
 @pytest.fixture
-def restore_process(monkeypatch):
-    """The runner seeds this process, changes its directory and imports ``agent``: undo it all."""
+def restore_process():
+    """``play_phase`` seeds this process as the challenge seeded its own: undo it afterwards."""
     python_state, numpy_state = random.getstate(), np.random.get_state()
-    monkeypatch.chdir(os.getcwd())
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("agent", "random_agent", "schedule_agent"):
-        monkeypatch.delitem(sys.modules, name, raising=False)
     yield
-    for name in ("agent", "random_agent", "schedule_agent"):
-        sys.modules.pop(name, None)
     random.setstate(python_state)
     np.random.set_state(numpy_state)
 
@@ -86,86 +74,6 @@ def load_agent(name: str) -> type:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.Agent
-
-
-# A test agent's base: one step per dataset, spending the whole budget on algorithm 0.
-ONE_STEP = """
-class OneStep:
-    def __init__(self, number_of_algorithms):
-        pass
-
-    def meta_train(self, dataset_meta_features, algorithms_meta_features, validation, test):
-        pass
-
-    def reset(self, dataset_meta_features, algorithms_meta_features):
-        self.budget = float(dataset_meta_features["time_budget"])
-
-    def suggest(self, observation):
-        return (None, 0, self.budget)
-"""
-
-
-def write_agent(folder: Any, body: str) -> None:
-    """``folder/agent.py``: the OneStep base, then ``body``."""
-    (folder / "agent.py").write_text(ONE_STEP + textwrap.dedent(body))
-
-
-# -- a stand-in for the evaluator: the seam's calls in order, every message through the codec ----
-
-
-class SeamDriver:
-    """Answers the runner's requests by calling the plan as the evaluator does (no budgets)."""
-
-    def __init__(self, plan: MetaLCPlan):
-        self.plan = plan
-        self.next = 0
-        self.open: Any = None
-        self.invalid = 0
-        self.records: list[dict[str, Any]] = []
-        self.rule = FORMAT.rules["alc"](plan.options)
-
-    def handshake(self, version: str) -> dict[str, Any]:
-        return self.request(FLATLAND_RL.PING, {"version": version})["payload"][EXTENSION_KEY]
-
-    def request(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        payload = codec.decode(codec.encode(payload), codec.COMMAND_LIMITS)
-        body = self._answer(type_, payload)
-        answer = FLATLAND_RL.PONG if type_ == FLATLAND_RL.PING else f"{type_}_RESPONSE"
-        return codec.decode(codec.encode({"type": answer, "payload": body}), codec.REPLY_LIMITS)
-
-    def _answer(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if type_ == FLATLAND_RL.PING:
-            return {EXTENSION_KEY: {"protocol": 1, **self.plan.handshake(), "format": "metalc", "next": self.next}}
-        if type_ == FLATLAND_RL.ENV_CREATE:
-            if self.next == len(self.plan.items):
-                return {EXTENSION_KEY: {"finished": True}}
-            self.open = self.plan.open(self.plan.items[self.next])
-            self.next += 1
-            return self.open.create_payload()
-        if type_ == FLATLAND_RL.ENV_STEP:
-            clean, _ = self.open.sanitize(payload["action"])  # InvalidAction reaches the runner
-            over = self.open.step(clean)
-            reply = self.open.step_reply(0)
-            if over:
-                self.records += self.open.records(finished=True, timeout=None, abandoned=False)
-                self.open.close()
-            return reply
-        if type_ == FLATLAND_RL.ENV_SUBMIT:
-            return {"score": self.rule.aggregate(self.records)}
-        raise AssertionError(type_)
-
-    def close(self) -> None:
-        pass
-
-
-def drive(plan: MetaLCPlan, agent_module: str) -> SeamDriver:
-    driver = SeamDriver(plan)
-    runner.run(AGENTS_DIR, agent_module=agent_module, wire=driver)
-    return driver
-
-
-def figures(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
-    return [(r["run"], r["fold"], r["dataset"], r["alc"], r["final_score"], r["times"], r["scores"]) for r in records]
 
 
 # -- plan --------------------------------------------------------------------------------------------
@@ -257,37 +165,6 @@ def test_meta_training_data_travels_with_a_folds_first_dataset_and_after_a_hands
     assert payload["info"]["dataset_meta_features"] == meta.dataset_meta_features[plan.items[4].fields["dataset"]]
 
 
-def test_the_runner_rebuilds_every_curve_and_hands_missing_ones_over_as_lists(data_dir, meta):
-    plan = make_plan(data_dir)
-    wire = plan.open(plan.items[0]).create_payload()[EXTENSION_KEY]["meta_train"]
-    wire = codec.decode(codec.encode(wire), codec.REPLY_LIMITS)
-    assert wire["datasets"] == list(plan.folds[0].meta_train)
-    for split, table, source in (("valid", "validation_learning_curves", meta.validation_curves),
-                                 ("test", "test_learning_curves", meta.test_curves)):  # fmt: skip
-        curves = runner.curves_from_wire(wire[table], wire["datasets"], list(meta.algorithms))
-        assert list(curves) == wire["datasets"] and all(list(row) == list(meta.algorithms) for row in curves.values())
-        for dataset, row in curves.items():
-            for algorithm, curve in row.items():
-                if (split, dataset, algorithm) in meta.missing_curves:
-                    assert curve.timestamps == [0.0] and curve.scores == [0.0]
-                    continue
-                assert curve.timestamps.dtype == np.float64 and curve.scores.flags.writeable
-                assert np.array_equal(curve.timestamps, source[dataset][algorithm].timestamps)
-                assert np.array_equal(curve.scores, source[dataset][algorithm].scores)
-    missing = [m for m in meta.missing_curves if m[1] not in plan.folds[0].meta_test]
-    assert missing  # the set has missing curves in this fold's meta-training data
-
-
-def test_the_runners_curve_reads_points_like_the_domains(meta):
-    for dataset in meta.datasets[:4]:
-        for algorithm, curve in meta.validation_curves[dataset].items():
-            client = runner.LearningCurve(np.array(curve.timestamps), np.array(curve.scores))
-            for counter in (0.0, *curve.timestamps[:3]):
-                for delta_t in (0.0, 0.5, 7.3, 60.0, 5000.0):
-                    got = client.get_last_point_within_delta_t(delta_t, counter)
-                    assert tuple(map(float, got)) == curve.last_point_within(delta_t, counter), (dataset, algorithm)
-
-
 def test_actions_are_refused_or_resolved_as_documented(data_dir):
     plan = make_plan(data_dir)
     item = plan.open(plan.items[0])
@@ -305,7 +182,7 @@ def test_actions_are_refused_or_resolved_as_documented(data_dir):
     ]:
         with pytest.raises(InvalidAction, match=message):
             item.sanitize(bad)
-    assert item.episode.steps == []
+    assert item.episode.step_count == 0
 
 
 def test_sampled_actions_of_the_handshakes_spaces_are_all_accepted(data_dir):
@@ -372,100 +249,6 @@ def test_csv_rows_start_with_the_challenges_dataset_and_alc(data_dir):
     row = plan.csv_row(item.records(finished=True, timeout=None, abandoned=False)[0])
     assert list(row)[:2] == ["dataset", "alc"] and list(row) == plan.csv_columns
     assert row["dataset"] == "syn0" and row["run"] == 0
-
-
-# -- the runner through the seam, against the in-process phase ---------------------------------------
-
-
-@pytest.mark.parametrize("phase", ["dev", "final"])
-@pytest.mark.parametrize("agent", ["agent", "schedule_agent", "random_agent"])
-def test_the_runner_through_the_seam_scores_what_the_in_process_phase_scores(
-    data_dir, meta, restore_process, agent, phase
-):
-    driver = drive(make_plan(data_dir, phase=phase), agent)
-    local = play_phase(meta, load_agent(agent), phase)
-    assert figures(driver.records) == figures(local)
-    expected = phase_score(local, phase)
-    score = FORMAT.rules["alc"](MetaLCOptions(phase=phase)).aggregate(driver.records)
-    assert (score["primary"], score["secondary"]) == (expected.average_alc, expected.average_final_score)
-    assert score["reported_run"] == expected.reported_run
-    assert os.getcwd() == os.path.abspath(AGENTS_DIR)  # the agent ran in its own folder
-
-
-def test_the_runner_seeds_before_importing_in_dev_and_per_run_in_final(data_dir, restore_process, tmp_path):
-    # An agent that records Python's and numpy's next draws at import, at construction and at reset.
-    write_agent(
-        tmp_path,
-        """
-        import random
-        import numpy as np
-
-        SEEN = [("import", random.random())]
-
-        class Agent(OneStep):
-            def __init__(self, number_of_algorithms):
-                SEEN.append(("init", random.random(), float(np.random.random_sample())))
-        """,
-    )
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
-    seen = sys.modules["agent"].SEEN
-    random.seed(208)
-    assert seen[0] == ("import", random.random())
-    assert seen[1][1] == random.random()  # no reseeding before the first fold in development
-
-    sys.modules.pop("agent")
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir, phase="final")))
-    inits = [s for s in sys.modules["agent"].SEEN if s[0] == "init"]
-    for run in range(3):
-        random.seed(run + 1)
-        np.random.seed(run + 1)
-        assert inits[run * 6] == ("init", random.random(), float(np.random.random_sample()))
-
-
-def test_an_action_the_evaluator_refuses_stops_the_runner(data_dir, restore_process, tmp_path):
-    write_agent(
-        tmp_path,
-        """
-        class Agent(OneStep):
-            def suggest(self, observation):
-                return (None, "no such algorithm", 1.0)
-        """,
-    )
-    with pytest.raises(Exception, match="'no such algorithm' names no algorithm"):
-        runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
-
-
-def test_meta_train_gets_the_challenges_arguments(data_dir, meta, restore_process, tmp_path):
-    write_agent(
-        tmp_path,
-        """
-        CALLS = []
-
-        class Agent(OneStep):
-            def __init__(self, number_of_algorithms):
-                self.n = number_of_algorithms
-
-            def meta_train(self, d, a, v, t):
-                CALLS.append((self.n, d, a, v, t))
-
-            def reset(self, d, a):
-                CALLS.append(("reset", d, a))
-                super().reset(d, a)
-        """,
-    )
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
-    calls = sys.modules["agent"].CALLS
-    n, datasets, algorithms, validation, test = calls[0]
-    fold0 = set(meta.datasets[:3])
-    assert n == len(meta.algorithms)
-    assert datasets == {d: meta.dataset_meta_features[d] for d in meta.datasets if d not in fold0}
-    assert algorithms == meta.algorithms_meta_features and calls[1][2] is algorithms  # one shared object
-    assert list(validation) == [d for d in meta.datasets if d not in fold0]
-    curve = validation["syn12"]["3"]
-    assert np.array_equal(curve.timestamps, meta.validation_curves["syn12"]["3"].timestamps)
-    assert np.array_equal(test["syn12"]["3"].scores, meta.test_curves["syn12"]["3"].scores)
-    assert calls[1][0] == "reset" and calls[1][1] == meta.dataset_meta_features["syn0"]
-    assert sum(1 for c in calls if c[0] != "reset") == 6  # a fresh agent per fold
 
 
 # -- scores and report -------------------------------------------------------------------------------

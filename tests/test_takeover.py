@@ -342,3 +342,53 @@ def test_a_remote_env_started_after_a_killed_one_takes_over_the_two_phase_evalua
     assert [(r["timed_out"], r["steps"]) for r in records] == [(True, 2), (False, 5)]
     assert records[0]["timeout"] == "step" and returns == [10.0]
     assert scores["score"] == summary["score"]["phase1"] == (0.0 + 10.0) / 2
+
+
+def test_a_new_agent_never_plays_the_evaluation_episodes_of_a_run_it_did_not_train(redis_url, service_id, tmp_path):
+    """A runner that crashed between a run's training and its evaluation episodes is replaced
+    (a takeover, the evaluator alive): the run's evaluation episodes are recorded as not played
+    (they could only be played by an untrained agent, and playing the run again would reward the
+    crash with a second try), and the new agent goes on with the next run."""
+    from harness import train_until_the_run_ends
+
+    from arbiter.client.remote_env import RemoteEnv
+    from arbiter.server.competition import load_competition
+
+    settings = ["phase=2", "num_episodes=2", "phase2.num_runs=2", "phase2.max_steps=40", "phase2.goal_reward=20",
+                "phase2.stability_window=1", "budgets.step_s=0.3", "phase2.step_s=0.3", "seed=5"]  # fmt: skip
+    competition = load_competition("two-phase-cartpole", settings)
+    results = str(tmp_path / "r")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        crashed = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        run0, eval0, run1, eval1 = crashed.stages
+        crashed.begin_stage(run0)
+        train_until_the_run_ends(crashed, 0)
+        wait_for(lambda: read_episodes(results, missing_ok=True), what="run 0's training recorded")
+        # The crashed runner sends nothing more; a new one takes over once it has been silent
+        # for a step budget, and is handed the next run.
+        new = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        assert new.next_item == run1["items"][0]
+        new.begin_stage(run1)
+        train_until_the_run_ends(new, 0)
+        new.begin_stage(eval1)
+        for _ in range(2):
+            new.reset()
+            done = False
+            while not done:
+                _, _, terminated, truncated, _ = new.step(0)
+                done = terminated or truncated
+        new.submit()
+        new.close()
+        summary = finish(outcome)
+    records = read_episodes(results)
+    skipped = [r for r in records if r["skipped"]]
+    assert [r["index"] for r in skipped] == list(range(*eval0["items"]))
+    assert all(r["client"] is None for r in skipped)
+    played = {r["client"] for r in records if not r["skipped"]}
+    assert played == {crashed.wire.session, new.wire.session}
+    assert summary["counters"]["takeovers"] == 1
+    assert summary["counters"]["items_not_played_after_takeover"] == 2
+    assert summary["state"] == "SUCCESS"

@@ -16,7 +16,15 @@ from typing import Any
 import gymnasium
 import numpy as np
 import pytest
-from harness import finish, read_episodes, read_summary, running_service, train_until_the_run_ends, wait_for
+from harness import (
+    finish,
+    read_episodes,
+    read_events,
+    read_summary,
+    running_service,
+    train_until_the_run_ends,
+    wait_for,
+)
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import ConfigError, InvalidAction, TimeoutException
@@ -54,11 +62,12 @@ def fake_spec(**extra: Any) -> Any:
 
 
 def streak_step(train: list[dict[str, Any]], goal: float, window: int) -> int | None:
-    """SCORING.md §2's streak: the first complete episode ≥ goal followed by ``window`` more ≥
-    goal; recorded at the total steps when the last of them ended."""
-    complete = [r for r in train if r["complete"]]
+    """SCORING.md §2's streak: the first ended episode ≥ goal followed by ``window`` more ≥ goal;
+    recorded at the total steps when the last of them ended. An episode ended by the env counts,
+    and so does one the agent ended with a reset; one the run's end cut short does not."""
+    ended = [r for r in train if r["complete"] or r.get("agent_reset")]
     run = 0
-    for record in complete:
+    for record in ended:
         run = run + 1 if record["return"] >= goal else 0
         if run == window + 1:
             return record["total_steps"]
@@ -74,7 +83,8 @@ def recompute(records: list[dict[str, Any]], goal: float, window: int, penalty: 
         step = streak_step(train, goal, window)
         steps.append(step if step is not None else penalty)
         returns = [r["return"] for r in records if r["phase"] == 2 and r["run"] == run and r["stage"] == "eval"]
-        evals.append(sum(returns) / len(returns))
+        if returns:  # none yet while the run's evaluation episodes are to come
+            evals.append(sum(returns) / len(returns))
     return {
         "phase1": sum(phase1) / len(phase1) if phase1 else None,
         "convergence": sum(steps) / len(steps) if steps else None,
@@ -148,14 +158,16 @@ def test_remote_env_is_a_gymnasium_env_with_the_servers_spaces_seeds_and_replies
         for episode in range(2):
             observation, info = env.reset(seed=123)  # ignored: the evaluator picks every seed
             seed = reset_seed(7, 1, episode)
-            assert info["seed_seen"] == seed and info["arbiter"]["seed"] == seed and info["env_done"] is False
+            assert info["seed_seen"] == seed and info["env_done"] is False  # the env's own info: reset with it
+            assert "seed" not in info["arbiter"]  # the evaluator keeps it while the episode runs
             assert env.observation_space.contains(np.asarray(observation))
             total, done = 0.0, False
             while not done:
                 observation, reward, terminated, truncated, info = env.step(1)
                 total += reward
                 done = terminated or truncated
-            assert observation[0] == 5 and info["steps"] == 5
+                assert ("seed" in info["arbiter"]) is done
+            assert observation[0] == 5 and info["steps"] == 5 and info["arbiter"]["seed"] == seed  # named at its end
             returns.append(total)
         observation, info = env.reset()
         assert info["env_done"] is True and env.finished
@@ -318,6 +330,9 @@ def test_run_and_serve_take_set_and_phase(tmp_path):
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS" and summary["options"]["phase"] == 1
     assert summary["score"]["phase1"] == 500.0 and summary["score"]["convergence"] is None
+    # arbiter run is the participant's own run: the preset's public seed, nothing drawn or kept
+    assert [r["seed"] for r in read_episodes(str(results))] == [reset_seed(1001, 1, i) for i in range(2)]
+    assert summary["seed"] == 1001 and not (results / "seed.json").exists()
     bad = subprocess.run(
         [sys.executable, "-m", "arbiter.server.cli", "serve", "--competition", "two-phase-cartpole",
          "--set", "phase2.goal_reward=much"],
@@ -343,8 +358,8 @@ def test_run_connects_the_agent_over_the_embedded_redis_unix_socket_and_flatland
     url, legacy_host = seen.read_text().split()
     assert url.startswith("unix:///") and url.endswith("/redis.sock?db=0"), url
     assert legacy_host == "127.0.0.1"  # flatland's client knows TCP only
-    # the start line names both: where arbiter's clients connect, and where flatland's would
-    assert f"on {url} (flatland's client: redis://127.0.0.1:" in done.stderr
+    # the start line names where arbiter's clients connect; no Flatland client plays this format
+    assert f"on {url}; waiting for the agent" in done.stderr and "flatland" not in done.stderr.lower()
     assert read_summary(str(results))["state"] == "SUCCESS"
     socket_path = Path(url[len("unix://") : -len("?db=0")])
     assert not socket_path.parent.exists()  # the embedded Redis and its folder are gone
@@ -381,3 +396,39 @@ def test_a_training_runs_episodes_are_announced_with_one_running_score(redis_url
     assert len(train) == 20 and summary["state"] == "SUCCESS"
     assert len(announced) == 22 and len(set(announced[:20])) == 1  # the run's 20, then 2 eval episodes
     assert computed == [20, 21, 22]  # once for the run's records, then once per evaluation episode
+
+
+def test_the_score_so_far_is_the_figure_of_the_phase_being_played(redis_url, service_id, tmp_path):
+    """Phase 1's mean return while phase 1 runs; from phase 2's first record on, the mean
+    convergence step of the runs trained so far (phase 1's figure is final by then). Checked on
+    every episode event against this file's own arithmetic over the records announced so far."""
+    competition = fake_spec(phase2={"max_steps": 60})
+    results = str(tmp_path / "r")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        for stage in env.stages:
+            env.begin_stage(stage)
+            if stage["stage"] == "train":  # run 0 converges, run 1 (action 0 returns 5 < 9) never does
+                train_until_the_run_ends(env, 1 if stage["run"] == 0 else 0)
+                continue
+            for i in range(stage["items"][1] - stage["items"][0]):
+                env.reset()
+                for _ in range(5):
+                    env.step(1 if stage["phase"] == 2 or i == 0 else 0)  # phase 1 returns 10, then 5
+        env.submit()
+        env.close()
+        summary = finish(outcome)
+    records = read_episodes(results)
+    announced = [e for e in read_events(results) if e["event"] == "episode"]
+    assert len(announced) == len(records)
+    want = []
+    for record in records:
+        so_far = recompute([r for r in records if r["index"] <= record["index"]], goal=9.0, window=2, penalty=90.0)
+        want.append(so_far["convergence"] if so_far["convergence"] is not None else so_far["phase1"])
+    assert [e["score_so_far"] for e in announced] == want
+    assert want[:2] == [10.0, 7.5] and want[-1] == (15.0 + 90.0) / 2
+    score = summary["score"]
+    assert (score["primary"], score["secondary"]) == (7.5, want[-1])  # phase 1, then convergence, as before

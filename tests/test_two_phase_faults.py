@@ -20,6 +20,7 @@ import pytest
 from harness import read_episodes, read_summary, remote_episode, train_until_the_run_ends, wait_for
 
 from arbiter.client.remote_env import RemoteEnv
+from arbiter.server.competition import read_persisted_seed
 from arbiter.server.formats.base import reset_seed
 from arbiter.server.transport import MAX_BLOCK_S
 
@@ -29,7 +30,7 @@ EXAMPLE = os.path.join(REPO, "examples", "reinforcelab_cartpole")
 ARBITER = [sys.executable, "-m", "arbiter.server.cli"]
 # Small CartPole settings: 2 episodes per evaluation stage, 2 runs, a short streak, bounded runs.
 SMALL = ["num_episodes=2", "phase2.num_runs=2", "phase2.stability_window=2", "phase2.max_steps=3000"]
-CARTPOLE_SEED = 1001  # the preset's
+CARTPOLE_SEED = 1001  # the preset's: public, so `arbiter serve` resets with a seed it draws
 RUN_ITEMS = ("train", "eval/0", "eval/1")  # one phase-2 run's items with num_episodes = 2
 
 OBSERVER = """
@@ -103,9 +104,10 @@ def rescore(results: Path) -> str:
 
 
 def streak_step(train: list[dict[str, Any]], goal: float, window: int) -> int | None:
-    """SCORING.md §2's streak over complete episodes, recorded at the total steps of its last."""
+    """SCORING.md §2's streak over ended episodes (by the env, or by the agent's reset), recorded
+    at the total steps of its last."""
     streak = 0
-    for record in (r for r in train if r["complete"]):
+    for record in (r for r in train if r["complete"] or r.get("agent_reset")):
         streak = streak + 1 if record["return"] >= goal else 0
         if streak == window + 1:
             return record["total_steps"]
@@ -133,13 +135,17 @@ def test_sigkill_during_training_then_resume_replays_the_run_from_scratch(redis_
     assert summary["state"] == "SUCCESS" and summary["counters"]["resumed"] == 1
     assert (results / "episodes.jsonl").read_bytes().startswith(before)  # phase 1's records, byte for byte
     records = read_episodes(str(results))
+    drawn = read_persisted_seed(str(results))  # drawn by the first `arbiter serve`, read back by the second
+    assert drawn["drawn"] and drawn["seed"] != CARTPOLE_SEED and summary["seed"] == drawn["seed"]
+    seed = drawn["seed"]
+    assert [r["seed"] for r in records if r["phase"] == 1] == [reset_seed(seed, 1, i) for i in range(2)]
     units = [r["unit"] for r in records]
     plan = ["phase1/eval/0", "phase1/eval/1"] + [f"phase2/run{run}/{s}" for run in (0, 1) for s in RUN_ITEMS]
     assert list(dict.fromkeys(units)) == plan and sorted(units, key=plan.index) == units  # each item once, in order
     for run in (0, 1):
         train = [r for r in records if r["stage"] == "train" and r["run"] == run]
         assert [r["episode"] for r in train] == list(range(len(train)))  # from scratch, each episode once
-        assert [r["seed"] for r in train] == [reset_seed(CARTPOLE_SEED, 2, run, k) for k in range(len(train))]
+        assert [r["seed"] for r in train] == [reset_seed(seed, 2, run, k) for k in range(len(train))]
         assert [r["total_steps"] for r in train] == list(np.cumsum([r["steps"] for r in train]))
         scored = summary["score"]["runs"][run]
         assert scored["convergence_step"] == streak_step(train, 475.0, 2)
@@ -182,7 +188,7 @@ def test_sigterm_during_a_training_run_interrupts_at_once_and_resume_starts_the_
         assert env.next_item == 2  # the interrupted run
         env.begin_stage(env.stages[1])
         _, info = env.reset()
-        assert (info["arbiter"]["episode"], info["arbiter"]["seed"]) == (0, reset_seed(CARTPOLE_SEED, 2, 0, 0))
+        assert info["arbiter"]["episode"] == 0 and "seed" not in info["arbiter"]  # the run starts over
         for _ in range(5):
             env.step(1)
         train_until_the_run_ends(env, 1)
@@ -194,8 +200,13 @@ def test_sigterm_during_a_training_run_interrupts_at_once_and_resume_starts_the_
     finally:
         kill(evaluator)
     summary = read_summary(str(results))
-    train = [r for r in read_episodes(str(results)) if r["stage"] == "train"]
+    records = read_episodes(str(results))
+    train = [r for r in records if r["stage"] == "train"]
     assert summary["state"] == "SUCCESS" and [r["total_steps"] for r in train] == [5, 10, 15]
+    seed = read_persisted_seed(str(results))["seed"]  # phase 1 before the SIGTERM, the run after: one seed
+    assert seed != CARTPOLE_SEED and summary["seed"] == seed
+    assert [r["seed"] for r in records if r["phase"] == 1] == [reset_seed(seed, 1, i) for i in range(2)]
+    assert [r["seed"] for r in train] == [reset_seed(seed, 2, 0, k) for k in range(3)]
     assert summary["score"]["runs"][0]["convergence_step"] == 15
 
 
@@ -247,7 +258,8 @@ def test_a_killed_agent_in_arbiter_run_ends_the_evaluation_with_the_unplayed_ite
     assert status == 1 and "the agent exited with status -9" in (tmp_path / "run.log").read_text()
     assert summary["state"] == "SUCCESS"
     assert summary["termination_cause"] == (
-        "the agent process exited with status -9 before submitting; 5 episodes not played count as unfinished"
+        "the agent process exited with status -9 before submitting; 5 episodes and training runs not played count as "
+        "unfinished"
     )
     assert_scored_with_the_unplayed_items(results, "agent", None)
 
@@ -271,5 +283,7 @@ def test_a_killed_agent_under_arbiter_serve_times_out_and_the_successive_timeout
     assert ended_s < 2 * 0.5 + 1.0  # one step budget to time out the run, one more for the next request
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS" and summary["counters"]["step_timeouts"] == 1
-    assert summary["termination_cause"] == "2 successive timeouts; 5 episodes not played count as unfinished"
+    assert summary["termination_cause"] == (
+        "2 successive timeouts; 5 episodes and training runs not played count as unfinished"
+    )
     assert_scored_with_the_unplayed_items(results, "step_timeout", "step")

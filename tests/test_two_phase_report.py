@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 import test_report
 from harness import finish, running_service, wait_for
+from test_report_reading import assert_labels_readable, bar_labels, charts, ticks
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import TimeoutException
@@ -106,6 +107,13 @@ class Page(HTMLParser):
         raise AssertionError("no table of the phase-2 runs")
 
 
+def headline(html: str) -> list[tuple[str, str, str]]:
+    """The figures at the top of the page: value, name and which way is better."""
+    return re.findall(
+        r'<div class="value">([^<]*)</div><div class="label">([^<]*)</div><div class="direction">([^<]*)</div>', html
+    )
+
+
 def fake_spec(**extra: Any) -> Any:
     """Two-phase on the fake env: 5-step episodes worth 1 per step, +1 per action 1."""
     data: dict[str, Any] = {
@@ -175,8 +183,11 @@ def test_the_report_shows_phase_1_returns_and_per_run_the_learning_curve_and_eva
     page = Page(html)
     assert "<script" not in html.lower()
     assert [s["text"] for s in page.sections][:2] == ["Phase 1: returns", "Phase 2: training runs"]
-    headline = re.findall(r'<div class="value">([^<]*)</div><div class="label">([^<]*)</div>', html)
-    assert headline == [("3.5000", "phase 1 mean return"), ("165.0000", "mean convergence step")]
+    assert headline(html) == [
+        ("3.5000", "phase 1 mean return", "higher is better"),
+        ("165", "phase 2 mean convergence step", "lower is better"),  # a step number: a whole one
+        ("7.5000", "phase 2 mean evaluation return", "higher is better"),
+    ]
 
     phase1 = page.charts["phase1-returns"]
     assert phase1["points"] == 2
@@ -204,11 +215,21 @@ def test_the_report_shows_phase_1_returns_and_per_run_the_learning_curve_and_eva
         assert [m["value"] for m in evals["marks"]] == ([10.0, 10.0] if run == 0 else [5.0, 5.0])
 
     assert page.runs_table() == [
-        ["0", "yes", "30", "30.0000", "6", "10.0000"],
-        ["1", "no", "–", "300.0000", "40", "5.0000"],
+        ["0", "yes", "30", "30", "6", "10.0000"],
+        ["1", "no", "–", "300", "40", "5.0000"],
     ]
-    note = "Criterion streak: goal 9.0, window 2; a run that does not converge scores 300.0."
+    note = "Criterion streak: goal 9, window 2; a run that does not converge scores 300 steps."
     assert note in [n["text"] for n in page.notes]
+
+
+def test_the_returns_are_labelled_on_their_bars_and_on_both_sides_of_zero(scored):
+    drawn = charts(report(scored))
+    phase1 = drawn["phase1-returns"]
+    assert ["".join(label.itertext()) for label in bar_labels(phase1)] == ["10", "-3"]
+    values = sorted(float(label) for label in ticks(phase1))
+    assert values[0] <= -3 < 0 < 10 <= values[-1], f"the axis labels the whole range of the returns: {values}"
+    for chart in drawn.values():
+        assert_labels_readable(chart)
 
 
 def test_the_report_opens_in_chromium_with_every_chart_and_mark(scored, chromium, tmp_path):
@@ -241,7 +262,33 @@ def test_abandoned_and_unplayed_episodes_are_drawn_as_such(redis_url, service_id
     assert [m["css"] for m in page.charts["phase1-returns"]["marks"]] == ["finished", "abandoned", "abandoned"]
     assert [m["css"] for m in page.charts["eval-returns-0"]["marks"]] == ["skipped"] * 3
     assert page.charts["learning-curve-0"]["points"] == 0  # a run never played has no curve
-    assert page.runs_table()[0][:4] == ["0", "no", "–", "300.0000"]
+    assert page.runs_table()[0][:4] == ["0", "no", "–", "300"]
+
+
+def test_a_phase_2_evaluation_shows_phase_1_as_not_played(redis_url, service_id, tmp_path):
+    """Phase 2 alone: both runs converge at step 15, their third episode."""
+    results = tmp_path / "results"
+    with running_service(fake_spec(phase=2), tests=None, results=str(results), redis_url=redis_url,
+                         service_id=service_id) as (_, outcome):  # fmt: skip
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        for stage in env.stages:
+            env.begin_stage(stage)
+            if stage["stage"] == "train":
+                train(env, iter([1] * 6))
+            else:
+                episode(env, 1)
+                episode(env, 0)
+        env.submit()
+        env.close()
+        assert finish(outcome)["state"] == "SUCCESS"
+    html = report(results)
+    assert headline(html) == [
+        ("–", "phase 1 mean return", "higher is better"),
+        ("15", "phase 2 mean convergence step", "lower is better"),
+        ("7.5000", "phase 2 mean evaluation return", "higher is better"),
+    ]
+    assert "phase 1 was not played in this evaluation" in html
+    assert re.search(r'<div class="score primary"><div class="value">15</div>', html), "convergence is the primary"
 
 
 def test_an_interrupted_evaluation_still_shows_what_its_records_say(redis_url, service_id, tmp_path):

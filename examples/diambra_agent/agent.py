@@ -23,7 +23,6 @@ The in-process mode needs ``pip install -e ".[diambra]"``; the remote mode needs
 from __future__ import annotations
 
 import argparse
-import json
 import os
 from typing import Any
 
@@ -62,6 +61,14 @@ def play(env: Any) -> None:
                 break
 
 
+def score_line(summary: dict[str, Any]) -> str:
+    """The figures in one line (the results folder, or ``main``'s return value, has them all)."""
+    if summary["score"] is None:
+        return "no score"
+    engine = f" (engine: {summary['engine']})" if summary.get("engine") else ""
+    return f"score {summary['score']:.6g}, mean reward {summary['mean_reward']:.6g}{engine}"
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--game", default="doapp")
@@ -78,7 +85,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         env.close()
         summary = {"score": scores.get("score"), "mean_reward": scores.get("score_secondary"),
                    "engine": env.server_info.get("engine")}  # fmt: skip
-        print(json.dumps(summary, indent=2))
+        print(f"submitted: {score_line(summary)}")
         return summary
 
     env = make_evaluation_env(args.game, args.difficulty, args.episodes, args.seed)
@@ -89,12 +96,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     summary = {
         "score": result["primary"],
         "mean_reward": result["secondary"],
+        "engine": env.records[0]["engine"] if env.records else None,
         "episodes": [
             {k: r[k] for k in ("episode", "reward", "k", "score", "bounds", "bounds_source", "seed", "engine")}
             for r in env.records
         ],
     }
-    print(json.dumps(summary, indent=2))
+    print(f"{score_line(summary)} over {len(env.records)} {'episode' if len(env.records) == 1 else 'episodes'}")
     return summary
 
 

@@ -39,6 +39,11 @@ class Item:
     key: str  # its identity across restarts: --resume checks the results folder against it
     fields: dict[str, Any] = field(default_factory=dict)  # carried by every record of the item
     budgets: BudgetPolicy | None = None  # this item's budgets, where they differ from the spec's
+    # Items of one group depend on the agent's state from the group's first item on (a training
+    # run and its evaluation episodes; a MetaLC fold): when that agent is gone (the evaluator
+    # restarted mid-group), the whole group is played again from its first item. None: the item
+    # stands alone.
+    group: str | None = None
 
 
 class OpenItem(Protocol):
@@ -112,8 +117,12 @@ class Format:
     make_plan: Callable[..., Plan]  # (spec, rule, *, tests) → Plan
     options: type | None = None  # frozen dataclass of the format's own competition keys
     report_sections: Callable[[dict[str, Any], list[dict[str, Any]]], str] | None = None
+    # The figures at the top of the report (report_charts.HeadlineFigure), from summary.json;
+    # None: the score's primary and secondary.
+    report_headline: Callable[[dict[str, Any]], list[Any]] | None = None
     presets_dir: str | None = None
     requires_tests: bool = False  # True: the evaluation needs a test folder (--tests)
+    clients: str = ""  # how its agents connect, named when a client of another format connects
 
     @property
     def default_rule(self) -> str:

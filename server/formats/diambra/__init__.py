@@ -31,4 +31,5 @@ FORMAT = Format(
     options=DiambraSettings,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+    clients="arbiter.client.RemoteEnv",
 )

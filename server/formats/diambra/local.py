@@ -106,8 +106,7 @@ class LocalEvaluation(gymnasium.Env):
         self._running = False
 
     def _with_place(self, info: dict[str, Any]) -> dict[str, Any]:
-        return {
-            **info,
-            "env_done": self.env_done,
-            EXTENSION_KEY: {"episode": self.episode, "seed": self._seed, "engine": self.env.engine},
-        }
+        place: dict[str, Any] = {"episode": self.episode, "engine": self.env.engine}
+        if not self._running:  # as the server does: an episode's seed is named once it has ended
+            place["seed"] = self._seed
+        return {**info, "env_done": self.env_done, EXTENSION_KEY: place}

@@ -7,7 +7,9 @@ handshake, each episode's create payload and record, the plan's source, the scor
 
 Seeds: episode i is reset with ``env.episode_seed(seed, i)`` (``base.reset_seed`` brought into
 the engine's int32 range), the same seeds an in-process evaluation (``local``) uses; without a
-competition seed the env draws one per episode. Every record holds its seed.
+competition seed the env draws one per episode. While an episode runs its seed is the server's
+(it fixes the role, the characters and the engine's draws: an agent that knew it could rehearse
+the episode): the step reply that ends the episode names it, and every record holds it.
 
 Invalid actions: an action that is not an element of the action space is replaced by the no-op
 action (no move, no attack) and counted, and the episode goes on: a fighting game's clock runs
@@ -111,7 +113,6 @@ class DiambraEpisode:
         settings = self.env.settings
         return {
             **self.item.fields,
-            "seed": self.seed,
             "engine": self.env.engine,
             "game": settings.game,
             "difficulty": settings.difficulty,
@@ -122,7 +123,6 @@ class DiambraEpisode:
         return {
             "observation": self.observation,
             "info": {**plain(self.info), "env_done": False},
-            "random_seed": self.seed,
             EXTENSION_KEY: self._place(),
         }
 
@@ -150,6 +150,8 @@ class DiambraEpisode:
         assert self._last is not None
         info = {**self._last[4], "invalid_action": bool(invalid), "env_done": self.over and self.last}
         place = {"episode": self.item.fields["episode"], "engine": self.env.engine}
+        if self.over:
+            place["seed"] = self.seed  # the episode has ended: its seed is no secret any more
         return step_reply(self._last, done=self.over, step=self.steps, invalid=invalid, info=info,
                           stage_over=self.over, **place)  # fmt: skip
 

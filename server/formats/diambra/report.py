@@ -12,8 +12,8 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...report_charts import fmt_score, number, section
-from ...svg import Series, linear_axis, xy_chart
+from ...report_charts import fmt_count, fmt_score, number, section
+from ...svg import Series, linear_axis, rounded_axis, xy_chart
 from .games import DIFFICULTIES, GAMES
 from .scoring import rescore, weighted_score
 from .settings import GAME_SPECIFIC
@@ -89,8 +89,9 @@ def _score_curves(records: list[dict[str, Any]]) -> str:
         "diambra-score-curves",
         title=title,
         series=series,
-        x_axis=linear_axis([low, high], lo=low, hi=high),
-        y_axis=linear_axis([low, top], lo=low, hi=top),
+        # Both axes end on labelled ticks: a reward or score below zero reads as such.
+        x_axis=rounded_axis([low, high]),
+        y_axis=rounded_axis([low, top]),
         x_format=lambda v: f"{v:,.0f}",
         y_format=lambda v: f"{v:,.0f}",
         y_rules=[(0.0, "0", "mean")],
@@ -122,7 +123,7 @@ def _episodes_table(records: list[dict[str, Any]]) -> str:
             f"<td>{fmt_score(partial if partial is not None else record.get('reward'), 1)}</td>"
             f"<td>{k:.4f}</td><td>{fmt_score(score, 1)}</td>"
             f"<td>{escape(ENDED_TEXT.get(str(record.get('ended_by')), str(record.get('ended_by'))))}</td>"
-            f"<td>{escape(str(record.get('steps')))}</td><td>{escape(str(record.get('invalid_actions')))}</td></tr>"
+            f"<td>{fmt_count(record.get('steps'))}</td><td>{fmt_count(record.get('invalid_actions'))}</td></tr>"
         )
     return f'<table class="numeric"><thead>{head}</thead><tbody>{rows}</tbody></table>'
 
@@ -141,8 +142,8 @@ def _reward_over_time(records: list[dict[str, Any]]) -> str:
             f"diambra-reward-{record.get('episode')}",
             title=title,
             series=[Series("", points, f"episode {record.get('episode')}: cumulative reward", step=True)],
-            x_axis=linear_axis([0.0, steps], lo=0.0, hi=steps),
-            y_axis=linear_axis(values, lo=min(0.0, *values), hi=max(1.0, *values)),
+            x_axis=linear_axis([0.0, steps], lo=0.0, hi=steps, whole=True),
+            y_axis=rounded_axis([0.0, 1.0, *values]),
             x_format=lambda v: f"{v:,.0f}",
             y_format=lambda v: f"{v:,.0f}",
             y_rules=[(0.0, "0", "mean")],

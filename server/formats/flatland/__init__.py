@@ -17,5 +17,6 @@ FORMAT = Format(
     make_plan=FlatlandPlan,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+    clients="arbiter.client.RemoteClient or flatland-rl's FlatlandRemoteClient",
     requires_tests=True,
 )

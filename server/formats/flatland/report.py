@@ -1,5 +1,8 @@
 """Flatland's report sections: per Test, per episode (normalized return, arrivals, the agent's
-step times) and the table of episodes."""
+step times) and the table of episodes.
+
+The return bars rise from the scoring rule's worst normalized return (a timed-out episode's), so
+a better episode is a taller bar whether the rule's returns are negative or positive."""
 
 from __future__ import annotations
 
@@ -9,6 +12,7 @@ from typing import Any
 from ...report import table
 from ...report_charts import (
     episode_bars,
+    fmt_count,
     fmt_duration,
     fmt_score,
     fmt_share,
@@ -19,6 +23,7 @@ from ...report_charts import (
     think_chart,
 )
 from ...svg import Axis, linear_axis
+from .rules import RULES, NeurIPS2020
 
 
 def report_sections(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
@@ -75,35 +80,43 @@ def _episodes_table(episodes: list[dict[str, Any]]) -> str:
     rows = []
     for record in episodes:
         agents = record.get("num_agents")
+        arrived = f"{fmt_count(record.get('arrived'))} ({fmt_share(record.get('arrived_fraction'))})"
         rows.append(
             [
                 str(record.get("index", "")),
                 str(record.get("env", "")),
-                "–" if agents is None else str(agents),
-                f"{record.get('steps', '–')} / {record.get('max_episode_steps') or '–'}",
+                fmt_count(agents),
+                f"{fmt_count(record.get('steps'))} / {fmt_count(record.get('max_episode_steps') or None)}",
                 fmt_score(record.get("normalized_return")),
-                "–"
-                if agents is None
-                else f"{record.get('arrived', '–')} ({fmt_share(record.get('arrived_fraction'))})",
+                "–" if agents is None else arrived,
                 status_text(record),
                 fmt_duration(record.get("planning_s")),
                 fmt_duration(think(record, "mean")),
                 fmt_duration(think(record, "p99")),
                 fmt_duration(think(record, "max")),
                 fmt_duration(record.get("wall_s")),
-                str(record.get("invalid_actions", "–")),
-                str(record.get("malfunctions", "–")),
+                fmt_count(record.get("invalid_actions")),
+                fmt_count(record.get("malfunctions")),
             ]
         )
     return section("Episodes", f'<div class="scroll">{table(headers, rows, "numeric episodes")}</div>')
 
 
-def _return_chart(episodes: list[dict[str, Any]]) -> str:
+def worst_return(summary: dict[str, Any]) -> float:
+    """The lowest normalized return the evaluation's scoring rule gives: a timed-out episode's."""
+    rule = RULES.get(str(summary.get("scoring")), NeurIPS2020)()
+    return rule.normalized_return(reward=0.0, max_episode_steps=1, num_agents=1, finished=False)
+
+
+def _return_chart(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     values = [number(r.get("normalized_return")) or 0.0 for r in episodes]
-    axis = linear_axis(values, lo=-1.0 if min(values) < 0 else 0.0, hi=1.0 if max(values) > 0 else 0.0)
+    floor = worst_return(summary)
+    axis = linear_axis(values, lo=floor, hi=floor + 1.0)
     fmt = lambda v: f"{v:.2f}"  # noqa: E731
     title = "Normalized return per episode"
-    return episode_bars(episodes, name="normalized-return", title=title, key="normalized_return", axis=axis, fmt=fmt)
+    return episode_bars(
+        episodes, name="normalized-return", title=title, key="normalized_return", axis=axis, fmt=fmt, base=floor
+    )
 
 
 def _arrival_chart(episodes: list[dict[str, Any]]) -> str:
@@ -118,4 +131,4 @@ def episode_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> s
     """Normalized return, arrival and the agent's step times, one slot per recorded episode."""
     if not episodes:
         return '<p class="empty">No episode was recorded, so there is nothing to plot per episode.</p>'
-    return _return_chart(episodes) + _arrival_chart(episodes) + think_chart(episodes, summary)
+    return _return_chart(episodes, summary) + _arrival_chart(episodes) + think_chart(episodes, summary)

@@ -27,4 +27,5 @@ FORMAT = Format(
     options=MetaLCOptions,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+    clients="`python -m arbiter.client.metalc SUBMISSION_DIR` or arbiter.client.RemoteEnv",
 )

@@ -4,9 +4,14 @@
 An episode is the challenge's environment for one meta-test dataset: the agent's action
 ``(A_star, A, delta_t)`` spends ``delta_t`` (clipped to what remains) exploring algorithm ``A`` on
 its validation curve, and credits ``A_star`` with its point as of its counter before this step.
-The episode records, per step, what the scorer needs: the step's end time ``t`` (rounded to 2
-decimals, as the challenge writes it) and the credited score, so ``scoring`` works from records
-alone.
+
+The episode keeps what the scorer needs, so ``scoring`` works from records alone: of each kept
+step, its end time ``t`` (rounded to 2 decimals, as the challenge writes it) and the credited
+score. Only the steps that change the scored curve are kept: those that raise the best credited
+score so far, the first that credits a time missing from its curve (which makes the dataset
+unscorable), and the last (its score is the final score). Every other step adds exactly 0 to the
+ALC's sum, so the figures are the challenge's to the last bit, and an agent that steps forever
+with ``delta_t = 0`` costs a counter, not a record that grows with every step.
 """
 
 from __future__ import annotations
@@ -156,8 +161,9 @@ def _short(value: Any) -> str:
 # -- one dataset -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Step:
+    number: int  # its place in the dataset, from 1
     a_star: str | None  # the credited algorithm's name
     credited_time: float  # its point's time on the test curve, as of its counter before the step
     time: float  # the step's end, T - remaining, rounded to 2 decimals
@@ -178,7 +184,11 @@ class DatasetEpisode:
         self.time_budget = meta.time_budget(dataset)
         self.remaining_budget = float(self.time_budget)
         self.counters = {a: 0.0 for a in meta.algorithms}
-        self.steps: list[Step] = []
+        self.step_count = 0
+        self.last_step: Step | None = None
+        self.curve_steps: list[Step] = []  # the steps that changed the scored curve, in order
+        self._best_score = 0.0  # the best credited score so far, as the ALC's sum tracks it
+        self._unscorable = False  # a step credited a time missing from its curve
         self.done = False
 
     def reset(self) -> tuple[dict[str, str], dict[str, dict[str, str]]]:
@@ -230,9 +240,30 @@ class DatasetEpisode:
         self.remaining_budget = self.remaining_budget - delta_t
 
         end = float(np.around(self.time_budget - self.remaining_budget, decimals=2))
-        self.steps.append(Step(credited_name, credited_time, end, self._credited_score(credited_name, credited_time)))
+        self.step_count += 1
+        credited_score = self._credited_score(credited_name, credited_time)
+        step = Step(self.step_count, credited_name, credited_time, end, credited_score)
+        self._keep_if_it_changes_the_curve(step)
+        self.last_step = step
         self.done = done
         return (algorithm, reached, score), done
+
+    def _keep_if_it_changes_the_curve(self, step: Step) -> None:
+        """The scorer's best-so-far rises only at these steps; at any other its term is 0."""
+        if step.score is None:
+            if not self._unscorable:
+                self._unscorable = True
+                self.curve_steps.append(step)
+        elif step.score > self._best_score:
+            self._best_score = step.score
+            self.curve_steps.append(step)
+
+    def scored_steps(self) -> list[Step]:
+        """The steps the record keeps: those that changed the scored curve, and the last."""
+        kept = list(self.curve_steps)
+        if self.last_step is not None and (not kept or kept[-1] is not self.last_step):
+            kept.append(self.last_step)
+        return kept
 
     def _credited_score(self, name: str | None, time: float) -> float | None:
         """The scorer's lookup: time 0 scores 0; otherwise the first point at exactly that time on
@@ -246,9 +277,12 @@ class DatasetEpisode:
         return self.meta.test_curves[self.dataset][name].score_at(time)
 
     def record(self, *, timed_out: bool = False) -> dict[str, Any]:
-        """This dataset's result record: everything ``scoring`` needs, figures included."""
-        times = [s.time for s in self.steps]
-        scores = [s.score for s in self.steps]
+        """This dataset's result record: everything ``scoring`` needs, figures included. Its curve
+        (``times``, ``scores``, ``a_star``, ``credited_times``, and ``step_numbers`` saying which
+        steps they are) holds the scored steps only; ``steps`` counts them all."""
+        kept = self.scored_steps()
+        times = [s.time for s in kept]
+        scores = [s.score for s in kept]
         alc, final_score, failure = dataset_figures(
             times, scores, self.time_budget, self.phase, finished=self.done and not timed_out
         )
@@ -258,7 +292,7 @@ class DatasetEpisode:
             "fold": self.fold,
             "dataset": self.dataset,
             "time_budget": self.time_budget,
-            "steps": len(self.steps),
+            "steps": self.step_count,
             "finished": self.done,
             "timed_out": timed_out,
             "failure": failure,
@@ -266,6 +300,7 @@ class DatasetEpisode:
             "final_score": final_score,
             "times": times,
             "scores": scores,
-            "a_star": [s.a_star for s in self.steps],
-            "credited_times": [s.credited_time for s in self.steps],
+            "a_star": [s.a_star for s in kept],
+            "credited_times": [s.credited_time for s in kept],
+            "step_numbers": [s.number for s in kept],
         }

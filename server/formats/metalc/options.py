@@ -11,7 +11,10 @@
   ``delta_t`` never spends the rest of the budget would step forever, so this bound (and the
   overall budget) is what ends it. 0 turns it off;
 - ``max_steps``: steps one dataset may take (0: no limit); reaching it ends the dataset as
-  timed out, like ``dataset_s``, but counted instead of clocked.
+  timed out, like ``dataset_s``, but counted instead of clocked. The default lies far above what
+  any honest schedule of round 1 makes (the README gives the figures), and bounds what an agent
+  that never spends its time (a ``delta_t`` of 0, forever) costs the evaluator, whose own
+  bookkeeping grows with every step.
 
 The per-``suggest`` (step), per-dataset planning and overall budgets are the spec's ``[budgets]``.
 """
@@ -25,13 +28,15 @@ from arbiter.protocol.errors import ConfigError
 
 from .env import check_phase
 
+DEFAULT_MAX_STEPS = 10_000
+
 
 @dataclass(frozen=True)
 class MetaLCOptions:
     phase: str = "dev"
     meta_train_s: float = 600.0
     dataset_s: float = 600.0
-    max_steps: int = 0
+    max_steps: int = DEFAULT_MAX_STEPS
 
     def __post_init__(self) -> None:
         check_phase(self.phase)

@@ -11,7 +11,11 @@ What travels, and when:
   a fold's first dataset, ``arbiter["meta_train"]``: the other folds' dataset meta-features and
   their validation and test curves (``meta_train_wire``), the arguments of ``Agent.meta_train``.
   The first item the plan opens after a client's handshake carries them too, so a runner joining
-  mid-fold (``--resume``) can build its fold's agent;
+  mid-fold (``--resume``) can build its fold's agent. Only the running fold's data ever goes out,
+  and only with the plan's order: no request asks for it, so none can ask out of order. The data
+  holds the other folds' test curves, later folds' scored datasets among them; that an agent
+  cannot carry them into a later fold is the runner's doing (a process per fold), since what an
+  agent remembers lives where the evaluator cannot see;
 - ENV_STEP reply: the observation ``[A, C_A, R_validation(C_A)]``, A echoed as the client sent it.
   The reward is always 0: the scored (credited) curve is revealed only in the results, as the
   challenge revealed it only to its scoring program.
@@ -145,7 +149,9 @@ class MetaLCPlan:
                     }
                     key = f"{self.phase}/run{run_seed.run}/fold{fold.index}/{dataset}"
                     budgets = first_budgets if position == 0 else None
-                    self.items.append(Item(index=len(self.items), key=key, fields=fields, budgets=budgets))
+                    # A fold's datasets are played by the agent its meta-training made: one group.
+                    group = f"{self.phase}/run{run_seed.run}/fold{fold.index}"
+                    self.items.append(Item(index=len(self.items), key=key, fields=fields, budgets=budgets, group=group))
         if spec.max_episodes is not None:  # debug runs: the first datasets only
             self.items = self.items[: spec.max_episodes]
 
@@ -296,7 +302,7 @@ class DatasetItem:
         a_star, algorithm, delta_t, as_sent = action
         (_, reached, score), done = self.episode.step((a_star, algorithm, delta_t))
         self._observation = [as_sent, reached, score]
-        if not done and self.max_steps and len(self.episode.steps) >= self.max_steps:
+        if not done and self.max_steps and self.episode.step_count >= self.max_steps:
             self.step_limited = True
         self.over = done or self.step_limited
         return self.over
@@ -309,7 +315,7 @@ class DatasetItem:
             "truncated": self.step_limited,
             "info": {},
             "done": self.over,
-            "step": len(self.episode.steps),
+            "step": self.episode.step_count,
             "invalid_actions": invalid,
             EXTENSION_KEY: {"stage_over": self.over, "remaining_budget": self.episode.remaining_budget},
         }

@@ -13,7 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...report_charts import fmt_score, number, section
+from ...report_charts import fmt_count, fmt_score, number, section
 from ...svg import Axis, Plot, Series, linear_axis, xy_chart
 from .scoring import T0_S, normalized_time, record_figures
 
@@ -88,7 +88,7 @@ def _dataset_table(runs: dict[int, dict[str, dict[str, Any]]], datasets: list[st
             record = runs[r].get(dataset)
             area, final, failure = _figures(record)
             cells += f"<td>{fmt_score(area)}</td><td>{fmt_score(final)}</td>"
-            steps.append(str(record.get("steps", 0)) if record else "–")
+            steps.append(fmt_count(record.get("steps", 0)) if record else "–")
             if failure:
                 notes.append(f"run {r}: {record.get('failure') if record and record.get('failure') else failure}")
         rows += (
@@ -108,8 +108,8 @@ def _alc_chart(runs: dict[int, dict[str, dict[str, Any]]], datasets: list[str], 
     for i, dataset in enumerate(datasets):
         record = runs.get(reported, {}).get(dataset)
         css = "timeout" if record is None or record.get("timed_out") or _figures(record)[2] else "finished"
-        plot.bar(i, values[reported][i] if reported in values else 0.0, tip=f"{dataset}: ALC {values[reported][i]:.4f}",
-                 css=css)  # fmt: skip
+        value = values[reported][i] if reported in values else 0.0
+        plot.bar(i, value, tip=f"{dataset}: ALC {value:.4f}", css=css, label=f"{value:.2f}")
         if len(runs) > 1:
             for r in sorted(runs):
                 plot.dot(i, values[r][i], tip=f"{dataset}, run {r}: ALC {values[r][i]:.4f}", css="skipped")

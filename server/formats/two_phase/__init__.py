@@ -8,7 +8,7 @@ import os
 from ..base import Format
 from .options import TwoPhaseOptions
 from .plan import TwoPhasePlan
-from .report import report_sections
+from .report import report_headline, report_sections
 from .scoring import TwoPhaseRule
 
 FORMAT = Format(
@@ -18,5 +18,7 @@ FORMAT = Format(
     make_plan=TwoPhasePlan,
     options=TwoPhaseOptions,
     report_sections=report_sections,
+    report_headline=report_headline,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
+    clients="`python -m arbiter.client.reinforcelab SUBMISSION_DIR` or arbiter.client.RemoteEnv",
 )

@@ -7,7 +7,11 @@ ends the run at that moment, and for the offline rescoring of a results folder.
 - ``mean`` (the published template's code): converged at the first episode at which the mean
   return of the last ``window`` episodes is ≥ goal; the step recorded is the count at its end.
 
-Only complete episodes count: an episode cut short when the run reached its step limit does not.
+Which episodes count: every episode that ended, whether the env ended it or the agent did by
+resetting mid-episode (an episode ended by a reset counts with the return its record holds, see
+``episodes.TrainingRun``), so abandoning an episode that goes badly cannot hide it from the
+criterion. Only the episode the run's own end cut short (its step limit, a timeout, the end of
+the evaluation) does not count: the agent did not end it.
 """
 
 from __future__ import annotations
@@ -15,6 +19,13 @@ from __future__ import annotations
 import collections
 import math
 from collections.abc import Iterable
+from typing import Any
+
+
+def counts_for_convergence(record: dict[str, Any]) -> bool:
+    """Whether a training episode's record takes part in the criterion: the env ended it
+    (``complete``) or the agent did, with a reset mid-episode (``agent_reset``)."""
+    return bool(record.get("complete") or record.get("agent_reset"))
 
 
 class ConvergenceTracker:
@@ -31,7 +42,7 @@ class ConvergenceTracker:
         return self.step is not None
 
     def add(self, episode_return: float, total_steps: int) -> bool:
-        """One complete episode; True when the run converges with it."""
+        """One episode that counts; True when the run converges with it."""
         if self.converged:
             return False
         if self.criterion == "streak":
@@ -46,7 +57,7 @@ class ConvergenceTracker:
 
 
 def convergence_step(episodes: Iterable[tuple[float, int]], goal: float, window: int, criterion: str) -> int | None:
-    """The recorded convergence step of complete episodes given as (return, total_steps), or None."""
+    """The recorded convergence step of counting episodes given as (return, total_steps), or None."""
     tracker = ConvergenceTracker(goal, window, criterion)
     for episode_return, total_steps in episodes:
         if tracker.add(episode_return, total_steps):

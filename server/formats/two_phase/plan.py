@@ -78,13 +78,15 @@ class TwoPhasePlan:
                 self._add(f"phase1/eval/{i}", {"phase": 1, "stage": "eval", "run": None, "episode": i})
         if options.runs_phase(2):
             for run in range(p2.num_runs):
-                self._add(f"phase2/run{run}/train", {"phase": 2, "stage": "train", "run": run}, phase2_budgets)
+                # A run's evaluation episodes are played by the agent its training made: one group.
+                group = f"phase2/run{run}"
+                self._add(f"phase2/run{run}/train", {"phase": 2, "stage": "train", "run": run}, phase2_budgets, group)
                 for i in range(options.num_episodes):
                     fields = {"phase": 2, "stage": "eval", "run": run, "episode": i}
-                    self._add(f"phase2/run{run}/eval/{i}", fields, phase2_budgets)
+                    self._add(f"phase2/run{run}/eval/{i}", fields, phase2_budgets, group)
 
-    def _add(self, key: str, fields: dict[str, Any], budgets: Any = None) -> None:
-        self.items.append(Item(index=len(self.items), key=key, fields=fields, budgets=budgets))
+    def _add(self, key: str, fields: dict[str, Any], budgets: Any = None, group: str | None = None) -> None:
+        self.items.append(Item(index=len(self.items), key=key, fields=fields, budgets=budgets, group=group))
 
     def open(self, item: Item) -> Any:
         fields = item.fields
@@ -130,7 +132,11 @@ class TwoPhasePlan:
                 return None  # one line per run: its last record
             converged = record.get("converged_at")
             ended = f"converged at step {converged}" if converged is not None else f"ended: {record.get('run_ended')}"
-            return f"phase 2 run {record['run']} training: {record['total_steps']} steps, {ended}"
+            episodes, steps = (record.get("episode") or 0) + 1, record["total_steps"]
+            return (
+                f"phase 2 run {record['run']} training: {episodes} {'episode' if episodes == 1 else 'episodes'}, "
+                f"{steps} {'step' if steps == 1 else 'steps'}, {ended}"
+            )
         where = "phase 1" if record["phase"] == 1 else f"phase 2 run {record['run']}"
         return f"{where} eval episode {record['episode']}: steps {record['steps']:>5}  return {record['return']:g}"
 

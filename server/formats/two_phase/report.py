@@ -1,6 +1,7 @@
-"""The two-phase format's report sections: phase 1's returns, and per training run its learning
-curve (episode return against env steps, the goal, the convergence point) and its evaluation
-returns."""
+"""The two-phase format's report: its three figures at the top (phase 1's mean return, phase 2's
+mean convergence step and mean evaluation return, each with the way that is better); then phase
+1's returns, and per training run its learning curve (episode return against env steps, the goal,
+the convergence point) and its evaluation returns."""
 
 from __future__ import annotations
 
@@ -9,25 +10,54 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 
-from ...report_charts import fmt_score, number, section, status
-from ...svg import Plot, Series, linear_axis, xy_chart
+from ...report_charts import HeadlineFigure, fmt_count, fmt_score, number, section, status
+from ...svg import Plot, Series, linear_axis, rounded_axis, xy_chart
 from ..base import options_from_dict
 from .options import TwoPhaseOptions
-from .scoring import TwoPhaseRule
+from .scoring import FIGURES, TwoPhaseRule
+
+# The score's figures in the order the page shows them: name, printed as whole steps, and what
+# the page says when the figure has no value.
+HEADLINE = (
+    ("phase1", "phase 1 mean return", False, "phase 1 was not played in this evaluation"),
+    ("convergence", "phase 2 mean convergence step", True, "phase 2 was not played in this evaluation"),
+    ("eval", "phase 2 mean evaluation return", False, "no evaluation episode of phase 2 was played"),
+)
 
 
 def _fmt(value: float) -> str:
     return f"{value:g}"
 
 
+def report_headline(summary: dict[str, Any]) -> list[HeadlineFigure]:
+    """All three figures, the scored ones and those of a phase that was not played alike, so the
+    top of every two-phase report reads the same."""
+    score = summary.get("score") or {}
+    spread = score.get("spread") or {}
+    return [
+        HeadlineFigure(
+            number(score.get(key)),
+            name,
+            FIGURES[key][1],
+            spread.get(key),
+            whole=whole,
+            primary=score.get("primary_name") == FIGURES[key][0],
+            missing=missing,
+        )
+        for key, name, whole, missing in HEADLINE
+    ]
+
+
 def _returns_chart(name: str, title: str, records: list[dict[str, Any]]) -> str:
+    """One bar per episode from 0, both signs of return on a labelled axis."""
     values = [number(r.get("return")) or 0.0 for r in records]
-    axis = linear_axis(values, lo=min(0.0, *values), hi=max(0.0, *values))
+    axis = rounded_axis([0.0, *values])
     plot = Plot(name, title=title, count=len(records), axis=axis, tick_format=_fmt,
                 x_labels=[str(r.get("episode", i)) for i, r in enumerate(records)])  # fmt: skip
     for i, record in enumerate(records):
         seed = "" if record.get("seed") is None else f" (seed {record.get('seed')})"
-        plot.bar(i, values[i], tip=f"episode {record.get('episode')}{seed}: {values[i]:g}", css=status(record))
+        plot.bar(i, values[i], tip=f"episode {record.get('episode')}{seed}: {values[i]:g}", css=status(record),
+                 label=_fmt(values[i]))  # fmt: skip
     if values:
         mean = sum(values) / len(values)
         plot.rule(mean, label=f"mean {mean:g}", css="mean")
@@ -43,13 +73,13 @@ def _learning_curve(run: dict[str, Any], train: list[dict[str, Any]], goal: floa
     if run.get("converged"):
         step = float(run["convergence_step"])
         at = next((y for x, y in points if x == step), goal or 0.0)
-        marks.append((step, at, f"converged at step {run['convergence_step']}", "converged"))
+        marks.append((step, at, f"converged at step {fmt_count(run['convergence_step'])}", "converged"))
     title = f"Run {run['run']}: episode return against env steps"
     chart = xy_chart(
         f"learning-curve-{run['run']}",
         title=title,
         series=[Series("train", points, f"run {run['run']} training episodes")],
-        x_axis=linear_axis([x for x, _ in points], lo=0.0, hi=float(max_steps)),
+        x_axis=linear_axis([x for x, _ in points], lo=0.0, hi=float(max_steps), whole=True),
         y_axis=linear_axis(returns, lo=lo, hi=hi),
         x_format=lambda v: f"{v:,.0f}",
         y_format=_fmt,
@@ -98,8 +128,8 @@ def report_sections(summary: dict[str, Any], records: list[dict[str, Any]]) -> s
             charts += _returns_chart(f"eval-returns-{run['run']}", f"Run {run['run']}: evaluation returns", evals)
         rows += (
             f"<tr><td>{run['run']}</td><td>{'yes' if run.get('converged') else 'no'}</td>"
-            f"<td>{escape(str(run.get('convergence_step') if run.get('converged') else '–'))}</td>"
-            f"<td>{fmt_score(run.get('score'))}</td><td>{escape(str(run.get('train_episodes', len(train))))}</td>"
+            f"<td>{fmt_count(run.get('convergence_step')) if run.get('converged') else '–'}</td>"
+            f"<td>{fmt_count(run.get('score'))}</td><td>{fmt_count(run.get('train_episodes', len(train)))}</td>"
             f"<td>{fmt_score(run.get('eval_return'))}</td></tr>"
         )
     if runs:
@@ -107,9 +137,11 @@ def report_sections(summary: dict[str, Any], records: list[dict[str, Any]]) -> s
             "<tr><th>run</th><th>converged</th><th>step</th><th>scored</th><th>episodes</th><th>eval return</th></tr>"
         )
         table = f'<table class="numeric"><thead>{head}</thead><tbody>{rows}</tbody></table>'
+        goal_text = "–" if goal is None else _fmt(goal)
         note = (
-            f"Criterion {rule.get('criterion', '–')}: goal {rule.get('goal_reward', '–')}, window "
-            f"{rule.get('stability_window', '–')}; a run that does not converge scores {rule.get('penalty', '–')}."
+            f"Criterion {rule.get('criterion', '–')}: goal {goal_text}, window "
+            f"{fmt_count(rule.get('stability_window'))}; a run that does not converge scores "
+            f"{fmt_count(rule.get('penalty'))} steps."
         )
         html += section("Phase 2: training runs", table + charts, note)
     return html

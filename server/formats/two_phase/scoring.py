@@ -1,12 +1,18 @@
 """The two-phase scores (SCORING.md §2), from the records of ``episodes.jsonl`` alone.
 
 - ``phase1``: mean return of phase 1's episodes (higher is better);
-- per run: converged at the step the criterion gives over its complete training episodes,
+- per run: converged at the step the criterion gives over its training episodes that ended (the
+  env ended them, or the agent did with a reset mid-episode: ``convergence.counts_for_convergence``),
   else penalized (``penalty_factor × max_steps``); ``eval_return``: mean of its evaluation episodes;
 - ``convergence``: mean over runs (lower is better); ``eval``: mean of the runs' eval returns.
 
 Primary and secondary follow the phases that ran: phase 1 alone → phase1; phase 2 alone →
 convergence, then eval; both → phase1, then convergence.
+
+The running figure (``primary``, shown after every item as the score so far) is the figure of
+the phase being played: phase 1's mean return while phase 1 runs, then the mean convergence step
+of the runs trained so far once phase 2 has begun (phase 1's figure is final by then, and would
+say nothing of the training runs the lines beside it describe).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ import statistics
 from typing import Any
 
 from ...scoring import spread
-from .convergence import convergence_step
+from .convergence import convergence_step, counts_for_convergence
 from .options import TwoPhaseOptions
 
 FIGURES = {
@@ -57,8 +63,8 @@ class TwoPhaseRule:
         runs = []
         for run in sorted(by_run):
             train, evals = by_run[run]["train"], by_run[run]["eval"]
-            complete = [(r["return"], r["total_steps"]) for r in train if r.get("complete")]
-            step = convergence_step(complete, p2.goal_reward, p2.stability_window, p2.criterion)
+            ended = [(r["return"], r["total_steps"]) for r in train if counts_for_convergence(r)]
+            step = convergence_step(ended, p2.goal_reward, p2.stability_window, p2.criterion)
             eval_returns = [r["return"] for r in evals]
             runs.append(
                 {
@@ -91,9 +97,13 @@ class TwoPhaseRule:
         return present[:2]
 
     def primary(self, records: list[dict[str, Any]]) -> float | None:
-        figures, _, _ = self._figures(records)
-        order = self._order(figures)
-        return figures[order[0]] if order else None
+        """The score so far: the leading figure of the phase being played (see the module's
+        docstring); once phase 2 has begun, its runs' mean convergence step."""
+        if any(r.get("phase") == 2 for r in records):
+            runs = self.runs(records)
+            return statistics.fmean(r["score"] for r in runs)
+        phase1 = [r["return"] for r in records if r.get("phase") == 1]
+        return statistics.fmean(phase1) if phase1 else None
 
     def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         figures, phase1, runs = self._figures(records)

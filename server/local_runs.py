@@ -1,0 +1,117 @@
+"""Local runs: how ``arbiter watch`` finds an ``arbiter run`` of the same user with no address.
+
+``arbiter run`` announces itself while it runs: a small JSON file (its pid, Redis URL, service id
+and results folder) in a folder only its user can open, removed when it ends. ``arbiter watch``
+given no Redis address reads the announcements of the runs still alive; one left behind by a run
+that was killed is removed by the next reader.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import stat
+import tempfile
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+RUNS_DIR_VARIABLE = "ARBITER_RUNS_DIR"
+
+
+def runs_folder() -> str:
+    """Where ``arbiter run`` announces itself: ``$ARBITER_RUNS_DIR``, else the user's runtime
+    folder (``$XDG_RUNTIME_DIR/arbiter-runs``), else ``arbiter-runs-<uid>`` in the temporary
+    folder. Only its owner may use it: an announcement names a Redis and its service id."""
+    chosen = os.environ.get(RUNS_DIR_VARIABLE)
+    if chosen:
+        return chosen
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    if runtime and os.path.isdir(runtime) and os.stat(runtime).st_uid == os.getuid():
+        return os.path.join(runtime, "arbiter-runs")
+    return os.path.join(tempfile.gettempdir(), f"arbiter-runs-{os.getuid()}")
+
+
+def _private_folder(path: str) -> bool:
+    """Whether ``path`` is a real folder of this user's that no one else can open."""
+    try:
+        found = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISDIR(found.st_mode) and found.st_uid == os.getuid() and not found.st_mode & 0o077
+
+
+def announce_run(redis_url: str, service_id: str, results_dir: str) -> str | None:
+    """Write this process's announcement (atomically, readable by its owner only); returns its
+    path, or None when the folder cannot be made private (the run goes on unannounced)."""
+    folder = runs_folder()
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        if not _private_folder(folder):
+            log.warning("%s is not a folder of yours that only you can open: this run is not announced", folder)
+            return None
+        path = os.path.join(folder, f"{os.getpid()}.json")
+        run = {"pid": os.getpid(), "redis_url": redis_url, "service_id": service_id}
+        text = json.dumps({**run, "results": os.path.abspath(results_dir)})
+        part = path + ".part"
+        descriptor = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
+            handle.write(text + "\n")
+        os.replace(part, path)
+        return path
+    except OSError as exc:
+        log.warning("cannot announce this run in %s (%s): arbiter watch needs its address", folder, exc)
+        return None
+
+
+def withdraw_run(path: str | None) -> None:
+    if path is not None:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid: Any) -> bool:
+    if type(pid) is not int or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def local_runs() -> list[dict[str, Any]]:
+    """The announced runs whose process is alive, oldest first; the announcements of runs that
+    died without withdrawing them (SIGKILL) are removed."""
+    folder = runs_folder()
+    if not _private_folder(folder):
+        return []
+    found = []
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".json"):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                run = json.load(handle)
+            started = os.path.getmtime(path)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(run, dict) or not isinstance(run.get("redis_url"), str):
+            continue
+        if not _alive(run.get("pid")):
+            withdraw_run(path)
+            continue
+        found.append({**run, "started": started})
+    return sorted(found, key=lambda run: run["started"])
+
+
+def watch_command(redis_url: str, service_id: str) -> str:
+    """The command that follows this evaluation, ready to paste into a shell."""
+    return f"arbiter watch --redis-url {shlex.quote(redis_url)} --service-id {shlex.quote(service_id)}"
