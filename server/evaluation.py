@@ -34,7 +34,7 @@ from arbiter.protocol.errors import OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 
 from . import evaluation_summary
-from .budgets import BudgetPolicy, Deadline, TimeBank, Wait, budget_for
+from .budgets import BudgetPolicy, TimeBank, Wait
 from .evaluation_endings import Endings, State
 from .evaluation_restarts import Restarts
 from .evaluation_summary import core_fields, merge_records, stats
@@ -129,33 +129,6 @@ class Evaluation(Endings, Restarts):
     @property
     def total(self) -> int:
         return len(self.items)
-
-    def deadline(self) -> Deadline:
-        at = self.wait_started + budget_for(self.wait, self.item_budgets, self.bank.left_s)
-        if self.stage_at is not None and self.wait in (Wait.PLANNING, Wait.STEP) and self.stage_at <= at:
-            at = self.stage_at
-            stage = True
-        else:
-            stage = False
-        if self.started_at is not None:
-            overall_at = self.started_at + self.budgets.overall_s - self.used_before_s
-            if overall_at <= at:
-                return Deadline(self.wait, overall_at, overall=True)
-        return Deadline(self.wait, at, stage=stage)
-
-    def elapsed_s(self, now: float) -> float:
-        """Overall budget used so far, across restarts (downtime between runs is not counted)."""
-        return self.used_before_s + (now - self.started_at if self.started_at is not None else 0.0)
-
-    def time_left_s(self, now: float) -> float:
-        return max(0.0, self.budgets.overall_s - self.elapsed_s(now))
-
-    def add_downtime(self, downtime_s: float) -> None:
-        """Move every running budget by an outage of the evaluator's infrastructure."""
-        self.wait_started += downtime_s
-        if self.started_at is not None:
-            self.started_at += downtime_s
-        self.counters["downtime_ms"] += round(downtime_s * 1000)
 
     def restore(self, records: list[dict[str, Any]]) -> None:
         """Continue a killed evaluation after its last finished item (``--resume``)."""

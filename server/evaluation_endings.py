@@ -1,7 +1,7 @@
-"""How an evaluation's windows run out, how an item is cut short (a takeover) and how the
-evaluation ends: the Evaluation's half that decides endings (server/evaluation.py has
-the requests). Mixed into ``Evaluation``: it works on the same state, and is apart only so that
-each half can be read on its own."""
+"""The deadlines an evaluation keeps, how its windows run out, how an item is cut short (a
+takeover) and how the evaluation ends: the Evaluation's part that decides endings
+(server/evaluation.py has the requests). Mixed into ``Evaluation``: it works on the same state,
+and is apart only so that each part can be read on its own."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from arbiter.protocol.errors import EvaluationError
 from arbiter.protocol.messages import FLATLAND_RL
 
-from .budgets import Deadline, Wait, silence_before_takeover_s
+from .budgets import Deadline, Wait, budget_for, silence_before_takeover_s
 from .progress import count_items
 
 log = logging.getLogger("arbiter.server.evaluation")
@@ -26,6 +26,33 @@ class State(enum.StrEnum):
 
 
 class Endings:
+    def deadline(self) -> Deadline:
+        at = self.wait_started + budget_for(self.wait, self.item_budgets, self.bank.left_s)
+        if self.stage_at is not None and self.wait in (Wait.PLANNING, Wait.STEP) and self.stage_at <= at:
+            at = self.stage_at
+            stage = True
+        else:
+            stage = False
+        if self.started_at is not None:
+            overall_at = self.started_at + self.budgets.overall_s - self.used_before_s
+            if overall_at <= at:
+                return Deadline(self.wait, overall_at, overall=True)
+        return Deadline(self.wait, at, stage=stage)
+
+    def elapsed_s(self, now: float) -> float:
+        """Overall budget used so far, across restarts (downtime between runs is not counted)."""
+        return self.used_before_s + (now - self.started_at if self.started_at is not None else 0.0)
+
+    def time_left_s(self, now: float) -> float:
+        return max(0.0, self.budgets.overall_s - self.elapsed_s(now))
+
+    def add_downtime(self, downtime_s: float) -> None:
+        """Move every running budget by an outage of the evaluator's infrastructure."""
+        self.wait_started += downtime_s
+        if self.started_at is not None:
+            self.started_at += downtime_s
+        self.counters["downtime_ms"] += round(downtime_s * 1000)
+
     def expire(self, deadline: Deadline, now: float) -> list[dict[str, Any]]:
         """A deadline passed with no request; returns out-of-band errors for the client."""
         if deadline.overall:

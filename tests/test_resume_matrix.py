@@ -1,4 +1,4 @@
-"""Resume is exact in every format (RELIABILITY.md F11): the evaluator SIGKILLed at each kind of
+"""Resume is exact in every format: the evaluator SIGKILLed at each kind of
 point, then ``arbiter serve --resume``, with the agent (a) left alive and (b) killed and started
 again; the evaluation ends SUCCESS and every scored figure equals an uninterrupted run's.
 
