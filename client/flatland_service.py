@@ -7,7 +7,7 @@ import os
 from typing import Any
 
 from arbiter.protocol.errors import ArbiterError
-from arbiter.protocol.flatland_env import build_rail_env
+from arbiter.protocol.legacy.flatland_env import build_rail_env
 
 
 def flatland_version() -> str:

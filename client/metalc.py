@@ -54,12 +54,11 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.client import metalc_fold
+from arbiter.client.metalc_fold import FROM_FOLD_LIMITS, FoldPipeClosed, read_frame, write_frame
+from arbiter.client.wire import Wire
 from arbiter.protocol.errors import ArbiterError, DecodeError, EvaluatorRestarted, InvalidAction, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
-
-from . import metalc_fold
-from .metalc_fold import FROM_FOLD_LIMITS, FoldPipeClosed, read_frame, write_frame
-from .wire import Wire
 
 log = logging.getLogger("arbiter.metalc")
 

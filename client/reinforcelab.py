@@ -28,9 +28,8 @@ import os
 import sys
 from typing import Any
 
+from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, TimeoutException
-
-from .remote_env import RemoteEnv
 
 log = logging.getLogger("arbiter.reinforcelab")
 

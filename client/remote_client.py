@@ -17,9 +17,12 @@ from typing import Any
 
 import redis
 
+from arbiter.client.deadline_guard import BudgetClock, DeadlineGuard
+from arbiter.client.flatland_service import flatland_version, load_local_env
+from arbiter.client.wire import RESEND_AFTER_S, Wire
 from arbiter.protocol import keys
 from arbiter.protocol.errors import OutOfOrder
-from arbiter.protocol.flatland_env import (
+from arbiter.protocol.legacy.flatland_env import (
     build_rail_env,
     env_state_from_wire,
     preload,
@@ -27,10 +30,6 @@ from arbiter.protocol.flatland_env import (
     rewards_for,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
-
-from .deadline_guard import BudgetClock, DeadlineGuard
-from .flatland_service import flatland_version, load_local_env
-from .wire import RESEND_AFTER_S, Wire
 
 log = logging.getLogger(__name__)
 

@@ -34,13 +34,12 @@ from typing import Any
 
 import gymnasium
 
+from arbiter.client.wire import Wire
 from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
 from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
 from arbiter.protocol.spaces import data_bytes, space_from_wire
-
-from .wire import Wire
 
 log = logging.getLogger(__name__)
 

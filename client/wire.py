@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 
+from arbiter.client.spin_wait import SpinWait, window_from_environment
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
@@ -31,8 +32,6 @@ from arbiter.protocol.errors import (
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import Packets, connect, redacted
-
-from .spin_wait import SpinWait, window_from_environment
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 Imports neither the server nor the client.
 """
 
-from .errors import ArbiterError, TimeoutException
-from .messages import FLATLAND_RL, PROTOCOL_VERSION
+from arbiter.protocol.errors import ArbiterError, TimeoutException
+from arbiter.protocol.messages import FLATLAND_RL, PROTOCOL_VERSION
 
 __all__ = ["ArbiterError", "TimeoutException", "FLATLAND_RL", "PROTOCOL_VERSION"]

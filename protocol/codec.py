@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 from msgpack.exceptions import ExtraData
 
-from . import safe_pickle
-from .errors import DecodeError, MessageTooLarge
+from arbiter.protocol.errors import DecodeError, MessageTooLarge
+from arbiter.protocol.legacy import safe_pickle
 
 # msgpack's own implementation, bound explicitly: importing flatland runs msgpack_numpy.patch(),
 # which replaces msgpack.packb/unpackb with versions that unpickle object arrays. Through the

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import ArbiterError
+from arbiter.protocol.errors import ArbiterError
 
 try:
     import fcntl

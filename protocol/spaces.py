@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import DecodeError
+from arbiter.protocol.errors import DecodeError
 
 _MAX_NESTING = 8
 _MAX_MEMBERS = 1024

@@ -57,7 +57,7 @@ from bench_workers import WORKERS
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from arbiter.server.testsets import cached_test_set
+    from arbiter.server.formats.flatland.generate import cached_test_set
 
     began = time.monotonic()
     if args.quick:

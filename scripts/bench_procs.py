@@ -192,7 +192,7 @@ class BenchSession:
     ``BenchError`` or an interrupt ends the ``with`` block and is kept in ``failure``."""
 
     def __init__(self, prefix: str, *, script: Path | None = None, keep: bool = False):
-        from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+        from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 
         self.workdir = Path(tempfile.mkdtemp(prefix=prefix))
         self.procs = Processes(self.workdir, script=script) if script is not None else Processes(self.workdir)

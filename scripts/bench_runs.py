@@ -108,7 +108,7 @@ class Bench:
         return out
 
     def run_memory(self, episodes: int, every: int) -> dict[str, Any]:
-        from arbiter.server.testsets import cached_test_set
+        from arbiter.server.formats.flatland.generate import cached_test_set
 
         tiny = cached_test_set("tiny", TESTSET_SEED, cache_dir=self.args.cache_dir)
         tests = replicated_test_set(tiny, self.workdir / f"memory-{episodes}", episodes)

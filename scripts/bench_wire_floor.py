@@ -157,7 +157,7 @@ def main() -> int:
     if args.reply_bytes < 1:
         parser.error("--reply-bytes must be at least 1")
     reply = b"y" * args.reply_bytes
-    from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 
     multiprocessing.set_start_method("fork")
     machine = machine_basics()

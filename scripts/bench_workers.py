@@ -63,8 +63,8 @@ def worker_lean(args: argparse.Namespace) -> int:
     from flatland.core.env_observation_builder import DummyObservationBuilder
     from flatland.envs.persistence import RailEnvPersister
 
-    from arbiter.protocol.flatland_env import build_rail_env, rewards_for
-    from arbiter.server.competition import load_competition
+    from arbiter.protocol.legacy.flatland_env import build_rail_env, rewards_for
+    from arbiter.server.core.competition import load_competition
     from arbiter.server.formats import get_format
 
     # What arbiter's client builds for the evaluation `arbiter serve` runs by default.
@@ -273,7 +273,7 @@ def worker_proto_server(args: argparse.Namespace) -> int:
     """An evaluator-like loop without envs: arbiter's transport pops, arbiter's codec decodes."""
     from arbiter.protocol import codec
     from arbiter.protocol.messages import FLATLAND_RL, reply
-    from arbiter.server.transport import RedisTransport
+    from arbiter.server.service.transport import RedisTransport
 
     transport = RedisTransport(args.redis_url, args.service_id)
     transport.clear()

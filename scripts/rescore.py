@@ -20,10 +20,10 @@ import os
 import sys
 from typing import Any
 
+from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.formats import get_format
 from arbiter.server.formats.base import options_from_dict
-from arbiter.server.results import read_records
-from arbiter.server.scoring import scoring_rule
+from arbiter.server.service.results import read_records
 
 
 def flatland_figures(rule: Any, records: list[dict[str, Any]]) -> None:

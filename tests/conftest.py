@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
 
 import pytest
 import redis
+from report_pages import CHROMIUM_INSTALL
 
-from arbiter.server.embedded_redis import EmbeddedRedis, free_port
+from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 
 # Evaluators run as threads of the test process here, next to their agents: the same short GIL
 # switch interval as the `arbiter` command keeps their deadline checks as prompt as in production.
@@ -53,8 +57,24 @@ def service_id() -> str:
 @pytest.fixture(scope="session")
 def tiny_tests(tmp_path_factory: pytest.TempPathFactory) -> str:
     """A 3-episode Flatland test folder (2 agents each), generated once per session."""
-    from arbiter.server.testsets import generate_test_set
+    from arbiter.server.formats.flatland.generate import generate_test_set
 
     folder = tmp_path_factory.mktemp("tiny") / "tests"
     generate_test_set(folder, preset="tiny", seed=1)
     return str(folder)
+
+
+# --- a browser for the report's rendering tests --------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def chromium() -> str:
+    """Debian's chromium, installed here when missing and possible (root with apt-get)."""
+    found = shutil.which("chromium")
+    if found is None and os.geteuid() == 0 and shutil.which("apt-get"):
+        env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+        subprocess.run(["bash", "-c", CHROMIUM_INSTALL], check=True, env=env, capture_output=True, timeout=900)
+        found = shutil.which("chromium")
+    if found is None:
+        pytest.skip(f"no chromium, and it cannot be installed here (as root: {CHROMIUM_INSTALL})")
+    return found

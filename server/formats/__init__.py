@@ -11,8 +11,7 @@ from __future__ import annotations
 import importlib
 
 from arbiter.protocol.errors import ConfigError
-
-from .base import Format
+from arbiter.server.formats.base import Format
 
 # name → module of its folder
 KNOWN: dict[str, str] = {

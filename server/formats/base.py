@@ -27,8 +27,7 @@ import numpy as np
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.messages import EXTENSION_KEY
-
-from ..budgets import BudgetPolicy
+from arbiter.server.core.budgets import BudgetPolicy
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import os
 
-from ..base import Format
-from .plan import DiambraPlan
-from .report import report_sections
-from .scoring import DiambraRule
-from .settings import DiambraSettings
+from arbiter.server.formats.base import Format
+from arbiter.server.formats.diambra.plan import DiambraPlan
+from arbiter.server.formats.diambra.report import report_sections
+from arbiter.server.formats.diambra.scoring import DiambraRule
+from arbiter.server.formats.diambra.settings import DiambraSettings
 
 FORMAT = Format(
     name="diambra",

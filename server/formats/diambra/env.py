@@ -22,11 +22,16 @@ import numpy as np
 
 from arbiter.protocol.errors import EvaluationError
 from arbiter.protocol.spaces import action_for
-
-from ..base import reset_seed
-from .engine import ENGINE_MOCK, ENGINE_REAL, MockEngine, PrivateRandom, build_single_player_env
-from .scoring import Bounds, choose_bounds
-from .settings import DiambraSettings
+from arbiter.server.formats.base import reset_seed
+from arbiter.server.formats.diambra.engine import (
+    ENGINE_MOCK,
+    ENGINE_REAL,
+    MockEngine,
+    PrivateRandom,
+    build_single_player_env,
+)
+from arbiter.server.formats.diambra.scoring import Bounds, choose_bounds
+from arbiter.server.formats.diambra.settings import DiambraSettings
 
 GAME_STATES = ("round_done", "stage_done", "game_done", "episode_done")
 _SEED_LIMIT = 2**31  # the engine's seed field is an int32; diambra-arena wants it >= 0

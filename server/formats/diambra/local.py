@@ -16,10 +16,9 @@ import gymnasium
 
 from arbiter.protocol.errors import OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY
-
-from .env import DiambraEnv, episode_seed
-from .scoring import DifficultyWeightedRule, episode_record
-from .settings import DiambraSettings
+from arbiter.server.formats.diambra.env import DiambraEnv, episode_seed
+from arbiter.server.formats.diambra.scoring import DifficultyWeightedRule, episode_record
+from arbiter.server.formats.diambra.settings import DiambraSettings
 
 
 class LocalEvaluation(gymnasium.Env):

@@ -30,12 +30,11 @@ from typing import Any
 from arbiter.protocol.errors import OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_to_wire
-
-from ..base import Item, plain, step_reply
-from .engine import ENGINE_MOCK, MOCK_NOTE, engine_address_from_environ
-from .env import DiambraEnv, episode_seed
-from .scoring import Bounds, episode_record
-from .settings import DiambraSettings
+from arbiter.server.formats.base import Item, plain, step_reply
+from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE, engine_address_from_environ
+from arbiter.server.formats.diambra.env import DiambraEnv, episode_seed
+from arbiter.server.formats.diambra.scoring import Bounds, episode_record
+from arbiter.server.formats.diambra.settings import DiambraSettings
 
 TRACE_POINTS = 512  # a record keeps at most about this many points of its reward-over-time trace
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...report_charts import fmt_count, fmt_score, number, section
-from ...svg import Series, linear_axis, rounded_axis, xy_chart
-from .games import DIFFICULTIES, GAMES
-from .scoring import rescore, weighted_score
-from .settings import GAME_SPECIFIC
+from arbiter.server.formats.diambra.games import DIFFICULTIES, GAMES
+from arbiter.server.formats.diambra.scoring import rescore, weighted_score
+from arbiter.server.formats.diambra.settings import GAME_SPECIFIC
+from arbiter.server.report.charts import fmt_count, fmt_score, number, section
+from arbiter.server.report.svg import Series, linear_axis, rounded_axis, xy_chart
 
 CURVE_POINTS = 64
 UNSET = "unset: drawn at each reset"

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .engine import ENGINE_MOCK, MOCK_NOTE
-from .games import GAMES
-from .settings import DiambraSettings
+from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE
+from arbiter.server.formats.diambra.games import GAMES
+from arbiter.server.formats.diambra.settings import DiambraSettings
 
 RULE_NAME = "difficulty-weighted"
 
@@ -137,7 +137,7 @@ class DifficultyWeightedRule:
         return statistics.fmean(scores) if scores else None
 
     def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        from ...scoring import spread  # the core's spread figures (std, bootstrap interval)
+        from arbiter.server.core.scoring import spread  # the core's spread figures (std, bootstrap interval)
 
         scores = [rescore(r)[1] for r in records]
         rewards = [float(r["reward"]) for r in records]

@@ -19,8 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
-
-from .games import DIFFICULTIES, GAMES, Game
+from arbiter.server.formats.diambra.games import DIFFICULTIES, GAMES, Game
 
 MAX_FRAME_SIDE = 512  # the engine resizes frames up to this side (diambra-arena's MAX_FRAME_RES)
 ROLES = ("P1", "P2")

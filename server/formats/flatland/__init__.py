@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import os
 
-from ..base import Format
-from .plan import FlatlandPlan
-from .report import report_sections
-from .rules import Flatland3, NeurIPS2020
+from arbiter.server.formats.base import Format
+from arbiter.server.formats.flatland.plan import FlatlandPlan
+from arbiter.server.formats.flatland.report import report_sections
+from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
 
 FORMAT = Format(
     name="flatland",

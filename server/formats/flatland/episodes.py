@@ -17,9 +17,8 @@ from typing import Any
 import numpy as np
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.protocol.flatland_env import build_rail_env, env_state_to_wire, release_flatland_caches, rewards_for
-
-from ...testsets import list_env_paths
+from arbiter.protocol.legacy.flatland_env import build_rail_env, env_state_to_wire, release_flatland_caches, rewards_for
+from arbiter.server.formats.flatland.generate import list_env_paths
 
 # flatland's RailEnvActions: DO_NOTHING, MOVE_LEFT, MOVE_FORWARD, MOVE_RIGHT, STOP_MOVING
 NUM_ACTIONS = 5

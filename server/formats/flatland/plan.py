@@ -12,9 +12,8 @@ import statistics
 from typing import Any
 
 from arbiter.protocol.messages import EXTENSION_KEY
-
-from ..base import Item
-from .episodes import FlatlandEpisode, FlatlandTestFolder, sanitize_actions
+from arbiter.server.formats.base import Item
+from arbiter.server.formats.flatland.episodes import FlatlandEpisode, FlatlandTestFolder, sanitize_actions
 
 # flatland-rl's result columns, in its order, so tools reading its CSV read ours.
 FLATLAND_RESULT_COLUMNS = [

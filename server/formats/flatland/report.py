@@ -9,8 +9,8 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...report import table
-from ...report_charts import (
+from arbiter.server.formats.flatland.rules import RULES, NeurIPS2020
+from arbiter.server.report.charts import (
     episode_bars,
     fmt_count,
     fmt_duration,
@@ -22,8 +22,8 @@ from ...report_charts import (
     think,
     think_chart,
 )
-from ...svg import Axis, linear_axis
-from .rules import RULES, NeurIPS2020
+from arbiter.server.report.page import table
+from arbiter.server.report.svg import Axis, linear_axis
 
 
 def report_sections(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:

@@ -7,7 +7,7 @@ import math
 import statistics
 from typing import Any
 
-from ...scoring import spread
+from arbiter.server.core.scoring import spread
 
 
 def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import os
 
-from ..base import Format
-from .options import MetaLCOptions
-from .plan import MetaLCPlan
-from .report import report_sections
-from .scoring import AlcRule
+from arbiter.server.formats.base import Format
+from arbiter.server.formats.metalc.options import MetaLCOptions
+from arbiter.server.formats.metalc.plan import MetaLCPlan
+from arbiter.server.formats.metalc.report import report_sections
+from arbiter.server.formats.metalc.scoring import AlcRule
 
 FORMAT = Format(
     name="metalc",

@@ -24,9 +24,8 @@ from typing import Any, Literal
 import numpy as np
 
 from arbiter.protocol.errors import ConfigError, InvalidAction
-
-from .data import LearningCurve, MetaDataset
-from .scoring import dataset_figures
+from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset
+from arbiter.server.formats.metalc.scoring import dataset_figures
 
 Phase = Literal["dev", "final"]
 PHASES: tuple[Phase, ...] = ("dev", "final")

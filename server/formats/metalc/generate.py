@@ -20,8 +20,7 @@ import random
 from dataclasses import dataclass
 
 from arbiter.protocol.errors import ConfigError
-
-from .data import TIME_BUDGETS
+from arbiter.server.formats.metalc.data import TIME_BUDGETS
 
 TASKS = (
     ("binary.classification", "Binary", "auc_metric"),

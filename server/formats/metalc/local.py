@@ -14,8 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Literal
 
-from .data import MetaDataset
-from .env import DatasetEpisode, folds, meta_training_data, run_seeds
+from arbiter.server.formats.metalc.data import MetaDataset
+from arbiter.server.formats.metalc.env import DatasetEpisode, folds, meta_training_data, run_seeds
 
 
 def play_phase(

@@ -25,8 +25,7 @@ import math
 from dataclasses import dataclass
 
 from arbiter.protocol.errors import ConfigError
-
-from .env import check_phase
+from arbiter.server.formats.metalc.env import check_phase
 
 DEFAULT_MAX_STEPS = 10_000
 

@@ -46,11 +46,10 @@ import numpy as np
 from arbiter.protocol.errors import ConfigError, InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_to_wire
-
-from ..base import Item
-from .data import LearningCurve, MetaDataset, load_meta_dataset
-from .env import DatasetEpisode, Fold, folds, meta_training_data, run_seeds
-from .options import MetaLCOptions
+from arbiter.server.formats.base import Item
+from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset, load_meta_dataset
+from arbiter.server.formats.metalc.env import DatasetEpisode, Fold, folds, meta_training_data, run_seeds
+from arbiter.server.formats.metalc.options import MetaLCOptions
 
 # The challenge's result file per run is (dataset, alc); the columns after those two say which
 # run and fold a row belongs to and what else it scored.

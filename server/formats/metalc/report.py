@@ -13,9 +13,9 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
-from ...report_charts import fmt_count, fmt_score, number, section
-from ...svg import Axis, Plot, Series, linear_axis, xy_chart
-from .scoring import T0_S, normalized_time, record_figures
+from arbiter.server.formats.metalc.scoring import T0_S, normalized_time, record_figures
+from arbiter.server.report.charts import fmt_count, fmt_score, number, section
+from arbiter.server.report.svg import Axis, Plot, Series, linear_axis, xy_chart
 
 RUN_CSS = ("", "second", "third")  # run 0 blue, run 1 green, run 2 amber (report_style.py)
 RUN_COLOURS = ("blue", "green", "amber")

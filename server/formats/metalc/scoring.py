@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...scoring import spread
+from arbiter.server.core.scoring import spread
 
 T0_S = 60.0  # the time scale of the log normalization: how much early performance counts
 

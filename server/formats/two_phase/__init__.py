@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 
-from ..base import Format
-from .options import TwoPhaseOptions
-from .plan import TwoPhasePlan
-from .report import report_headline, report_sections
-from .scoring import TwoPhaseRule
+from arbiter.server.formats.base import Format
+from arbiter.server.formats.two_phase.options import TwoPhaseOptions
+from arbiter.server.formats.two_phase.plan import TwoPhasePlan
+from arbiter.server.formats.two_phase.report import report_headline, report_sections
+from arbiter.server.formats.two_phase.scoring import TwoPhaseRule
 
 FORMAT = Format(
     name="two-phase",

@@ -17,10 +17,9 @@ from typing import Any
 from arbiter.protocol.errors import InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import action_for
-
-from ..base import Item, finite, plain, reset_seed, step_reply
-from .convergence import ConvergenceTracker
-from .options import TwoPhaseOptions, worst_return
+from arbiter.server.formats.base import Item, finite, plain, reset_seed, step_reply
+from arbiter.server.formats.two_phase.convergence import ConvergenceTracker
+from arbiter.server.formats.two_phase.options import TwoPhaseOptions, worst_return
 
 # How a training episode ended: the env ended it (terminated or truncated), the agent reset
 # mid-episode, or the run's end cut it short (its step limit, a timeout, the evaluation's end).

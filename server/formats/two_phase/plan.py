@@ -15,10 +15,9 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.spaces import space_to_wire
-
-from ..base import Item, reset_seed
-from .episodes import EvalEpisode, TrainingRun
-from .options import TwoPhaseOptions, check_feasible, worst_return
+from arbiter.server.formats.base import Item, reset_seed
+from arbiter.server.formats.two_phase.episodes import EvalEpisode, TrainingRun
+from arbiter.server.formats.two_phase.options import TwoPhaseOptions, check_feasible, worst_return
 
 CSV_COLUMNS = [
     "phase",

@@ -9,12 +9,11 @@ from html import escape
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
-
-from ...report_charts import HeadlineFigure, fmt_count, fmt_score, number, section, status
-from ...svg import Plot, Series, linear_axis, rounded_axis, xy_chart
-from ..base import options_from_dict
-from .options import TwoPhaseOptions
-from .scoring import FIGURES, TwoPhaseRule
+from arbiter.server.formats.base import options_from_dict
+from arbiter.server.formats.two_phase.options import TwoPhaseOptions
+from arbiter.server.formats.two_phase.scoring import FIGURES, TwoPhaseRule
+from arbiter.server.report.charts import HeadlineFigure, fmt_count, fmt_score, number, section, status
+from arbiter.server.report.svg import Plot, Series, linear_axis, rounded_axis, xy_chart
 
 # The score's figures in the order the page shows them: name, printed as whole steps, and what
 # the page says when the figure has no value.

@@ -20,9 +20,9 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from ...scoring import spread
-from .convergence import convergence_step, counts_for_convergence
-from .options import TwoPhaseOptions
+from arbiter.server.core.scoring import spread
+from arbiter.server.formats.two_phase.convergence import convergence_step, counts_for_convergence
+from arbiter.server.formats.two_phase.options import TwoPhaseOptions
 
 FIGURES = {
     "phase1": ("phase 1 mean return", True),

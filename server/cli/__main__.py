@@ -1,0 +1,7 @@
+"""``python -m arbiter.server.cli``: the ``arbiter`` command."""
+
+import sys
+
+from arbiter.server.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,335 @@
+"""The command line: ``arbiter run``, ``serve``, ``generate``, ``watch``, ``report``, ``replay``, ``acl``.
+
+Environment variables that flatland users already set are read here, at the edge, and only
+here; everything inward gets explicit settings. Precedence: flag > environment > competition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ArbiterError, ConfigError
+from arbiter.protocol.redis_conn import redacted
+from arbiter.server.cli.parser import DEBUG_TEST_PRESET, DEBUG_TEST_SEED, DEFAULT_SERVICE_ID, build_parser
+from arbiter.server.cli.progress import Progress, plural
+from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, persisted_seed
+from arbiter.server.core.evaluation import State
+from arbiter.server.formats import get_format
+from arbiter.server.formats.flatland.generate import cached_test_set, generate_test_set
+from arbiter.server.service.process_memory import keep_freed_memory
+
+EXIT_CODES = {State.SUCCESS.value: 0, State.FAILED.value: 1, State.INTERRUPTED.value: 130}
+
+# flatland-rl's evaluator settings, honoured under their own names.
+FLATLAND_ENV_BUDGETS = {
+    "planning_s": "FLATLAND_INITIAL_PLANNING_TIMEOUT",
+    "step_s": "FLATLAND_PER_STEP_TIMEOUT",
+    "overall_s": "FLATLAND_OVERALL_TIMEOUT",
+    "idle_s": "FLATLAND_DEFAULT_COMMAND_TIMEOUT",
+    "max_successive_timeouts": "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS",
+}
+
+
+def _env_number(name: str, kind: type) -> float | int | None:
+    text = os.environ.get(name)
+    if text in (None, ""):
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={text!r} is not a {kind.__name__}") from None
+    if value <= 0:
+        raise ConfigError(f"environment variable {name}={text!r} must be positive")
+    return value
+
+
+def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
+    overrides = list(args.set) + ([f"phase={args.phase}"] if args.phase is not None else [])
+    spec = load_competition(args.competition or DEFAULT_COMPETITION, overrides)
+    budgets = {
+        field: _env_number(var, int if field == "max_successive_timeouts" else float)
+        for field, var in FLATLAND_ENV_BUDGETS.items()
+    }
+    flags = {
+        "planning_s": args.planning_timeout,
+        "step_s": args.step_timeout,
+        "overall_s": args.overall_timeout,
+        "idle_s": args.idle_timeout,
+        "max_successive_timeouts": args.max_successive_timeouts,
+        "time_bank_s": args.time_bank,
+    }
+    spec = spec.with_budgets(**budgets).with_budgets(**flags)
+    if args.debug or os.environ.get("AICROWD_DEBUG_SUBMISSION", "").lower() in ("1", "true", "yes"):
+        spec = spec.with_debug()
+    if args.scoring:
+        spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
+    if args.seed is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed, "seed_fixed": True})
+    if args.record is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
+    if args.refuse_pickle:
+        spec = CompetitionSpec(**{**spec.__dict__, "accept_pickle": False})
+    return spec
+
+
+def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None:
+    """Flag, competition key, then flatland's variable (for the Flatland format only: another
+    format's data is never a Flatland test folder)."""
+    legacy = os.environ.get("AICROWD_TESTS_FOLDER") if spec.format == "flatland" else None
+    return args.tests or spec.tests or legacy
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def _checked_redis_url(url: str, where: str) -> str:
+    """A Redis URL as given, or a clear error: an empty or scheme-less one would otherwise be
+    taken for "no URL" or fail deep inside the evaluation."""
+    if not url.strip():
+        raise ConfigError(
+            f"{where} is empty: give a Redis URL (redis://HOST:6379/0, unix:///path/redis.sock), "
+            "or leave it out for the default"
+        )
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in REDIS_SCHEMES:
+        raise ConfigError(f"{where} {url!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+    return url
+
+
+def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | None:
+    if args.redis_url is not None:
+        return _checked_redis_url(args.redis_url, "--redis-url")
+    if os.environ.get("ARBITER_REDIS_URL"):  # set but empty is unset, as shells have it
+        return _checked_redis_url(os.environ["ARBITER_REDIS_URL"], "ARBITER_REDIS_URL")
+    if embedded_ok:
+        return None  # arbiter run starts its own redis-server; arbiter watch looks for a local run
+    return flatland_default_redis()
+
+
+def flatland_default_redis() -> str:
+    """Where flatland's client looks for Redis."""
+    return f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
+
+
+def given_service_id(args: argparse.Namespace) -> str | None:
+    """The service id the flag or the environment names, if any."""
+    if args.service_id is not None:
+        return keys.validate_service_id(args.service_id)
+    return os.environ.get("AICROWD_SUBMISSION_ID") or None
+
+
+def resolve_service_id(args: argparse.Namespace) -> str:
+    return keys.validate_service_id(given_service_id(args) or DEFAULT_SERVICE_ID)
+
+
+def resolve_results(args: argparse.Namespace) -> str:
+    if args.results:
+        return args.results
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return os.path.join("arbiter-results", f"run-{stamp}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from arbiter.server.cli.runner import run_local
+
+    keep_freed_memory()  # the evaluator steps in this process; the agent's is its own
+    agent = list(args.agent)
+    if agent and agent[0] == "--":
+        agent = agent[1:]
+    if not agent:
+        raise ConfigError("no agent command: use  arbiter run [options] -- python my_agent.py")
+    spec = resolve_spec(args)
+    tests = resolve_tests(args, spec)
+    if not tests and get_format(spec.format).requires_tests:
+        tests = str(cached_test_set(DEBUG_TEST_PRESET, DEBUG_TEST_SEED))
+    service_id = resolve_service_id(args)
+    outcome = run_local(
+        spec,
+        agent_command=agent,
+        tests=tests,
+        results_dir=resolve_results(args),
+        service_id=service_id,
+        redis_url=resolve_redis_url(args, embedded_ok=True),
+        progress=Progress(enabled=not args.quiet, format_name=spec.format),
+        redis_outage_s=args.redis_outage_timeout,
+    )
+    ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
+    if ending:
+        print(f"arbiter: {ending}", file=sys.stderr)
+    return outcome.exit_code
+
+
+def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
+    """How the agent ended, in words, when there is something to say."""
+    if interrupted:
+        return "interrupted: the agent was stopped" if status is not None else "interrupted before the agent started"
+    if status is None or status == 0:
+        return None
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = f"signal {-status}"
+        return f"the agent exited with status {status} (killed by {name})"
+    return f"the agent exited with status {status}"
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from arbiter.server.service.build import run_to_end, start_service
+
+    keep_freed_memory()
+    spec = resolve_spec(args)
+    tests = resolve_tests(args, spec)
+    if not tests and get_format(spec.format).requires_tests:
+        raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
+    service_id = resolve_service_id(args)
+    redis_url = resolve_redis_url(args, embedded_ok=False)
+    results_dir = resolve_results(args)
+    progress = Progress(enabled=not args.quiet, format_name=spec.format)
+    if args.resume and not args.results:
+        raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True)  # secret unless fixed
+    service = start_service(
+        spec,
+        tests=tests,
+        results_dir=results_dir,
+        redis_url=redis_url,
+        service_id=service_id,
+        progress=progress,
+        resume=args.resume,
+        redis_outage_s=args.redis_outage_timeout,
+    )
+    summary = run_to_end(service, progress, results_dir)
+    return EXIT_CODES[summary["state"]]
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    if args.format == "metalc":
+        from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta_dataset
+
+        settings = GeneratorSettings(
+            args.datasets, args.algorithms, args.seed or 0, args.missing_fraction, args.duplicate_fraction
+        )
+        written = write_meta_dataset(args.out, settings)
+        counts = [plural(args.datasets, "dataset"), plural(args.algorithms, "algorithm"), plural(written, "file")]
+        print(f"wrote a synthetic MetaLC meta-dataset ({', '.join(counts)}) to {args.out}")
+        return 0
+    seed = DEBUG_TEST_SEED if args.seed is None else args.seed
+    paths = generate_test_set(args.out, preset=args.preset, seed=seed, overwrite=args.overwrite)
+    print(f"wrote {plural(len(paths), 'env')} and metadata.csv to {args.out}")
+    return 0
+
+
+def cmd_acl(args: argparse.Namespace) -> int:
+    from arbiter.server.service.acl import acl_line, config_line, participant_acl
+
+    tokens = participant_acl(args.service_id, args.password, args.user)
+    print(config_line(tokens) if args.format == "config" else acl_line(tokens))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from arbiter.server.report.page import write_report
+
+    print(f"wrote {write_report(args.results, args.out)}")
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace) -> int:
+    from arbiter.server.cli.watch import follow
+
+    redis_url, service_id = resolve_watched(args)
+    state = follow(redis_url, service_id, timeout_s=args.timeout, from_start=args.from_start, out=sys.stdout)
+    return EXIT_CODES.get(state, 1)
+
+
+def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
+    """The Redis and service id ``arbiter watch`` follows: as given (flag, then environment);
+    with no Redis given, the local ``arbiter run`` (of the given service id, if one is given)
+    that announced itself; else flatland's default Redis."""
+    redis_url = resolve_redis_url(args, embedded_ok=True)
+    if redis_url is not None:
+        return redis_url, resolve_service_id(args)
+    from arbiter.server.cli.local_runs import local_runs, runs_folder, watch_command
+
+    wanted = given_service_id(args)
+    runs = [run for run in local_runs() if wanted is None or run.get("service_id") == wanted]
+    if len(runs) == 1:
+        run = runs[0]
+        print(f"arbiter: following the local run {run.get('pid')} (results in {run.get('results')})", file=sys.stderr)
+        return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
+    if len(runs) > 1:
+        # A URL's password is hidden here: that run's own start lines give its command.
+        commands = "\n".join(
+            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}" for run in runs
+        )
+        raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
+    return flatland_default_redis(), resolve_service_id(args)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from arbiter.server.formats.flatland.replay import replay_to_gif
+
+    outcome = replay_to_gif(
+        args.results,
+        args.episode,
+        out=args.out,
+        tests=args.tests,
+        renderer=args.renderer,
+        fps=args.fps,
+        every=args.every,
+        progress=sys.stderr,
+    )
+    print(f"rendered {plural(outcome.frames, 'frame')} of episode {outcome.index} ({outcome.env}) into {args.out}")
+    if not outcome.matches:
+        print(f"the replay does NOT match the recorded episode: {'; '.join(outcome.mismatches)}", file=sys.stderr)
+        return 1
+    print(
+        f"the replay matches the recorded episode: {plural(outcome.steps, 'step')}, "
+        f"{outcome.arrived}/{outcome.num_agents} arrived, reward {outcome.reward:g}"
+    )
+    return 0
+
+
+# Budget decisions are made in the main thread while the next episode is prepared in a
+# background one; a 1 ms GIL switch interval (default 5 ms) keeps deadline checks prompt.
+GIL_SWITCH_INTERVAL_S = 0.001
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, str(getattr(args, "log_level", "WARNING")).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
+    handlers.update({"watch": cmd_watch, "replay": cmd_replay})
+    handlers["report"] = cmd_report
+    try:
+        return handlers[args.command](args)
+    except (ArbiterError, FileExistsError, ValueError) as exc:
+        print(f"arbiter: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:  # the evaluator handles SIGINT itself once it runs; this is the rest
+        print("arbiter: interrupted", file=sys.stderr)
+        return 130
+    except Exception as exc:  # redis unreachable and similar: a clear line, not a traceback
+        import redis
+
+        if isinstance(exc, redis.ConnectionError):
+            print(f"arbiter: error: cannot reach Redis: {exc}", file=sys.stderr)
+            return 2
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(main())

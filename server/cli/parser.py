@@ -1,0 +1,302 @@
+"""The command line's parser: ``arbiter``'s commands and their options (server/cli.py runs them)."""
+
+from __future__ import annotations
+
+import argparse
+import tomllib
+from typing import Any
+
+from arbiter.server.core.budgets import BudgetPolicy
+from arbiter.server.core.competition import (
+    DEBUG_EPISODES,
+    DEBUG_OVERALL_S,
+    DEFAULT_COMPETITION,
+    SECRET_SEED_FORMATS,
+    preset_names,
+    preset_paths,
+)
+from arbiter.server.formats.flatland.generate import PRESETS
+
+DEBUG_TEST_PRESET = "debug"
+DEBUG_TEST_SEED = 42
+DEFAULT_SERVICE_ID = "T12345"  # flatland's client's default submission id
+
+
+def _positive(kind: type) -> callable:
+    def parse(text: str) -> float | int:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+        return value
+
+    return parse
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (``--record 0`` turns off recording a competition file asks for)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds >= 0 (``--time-bank 0`` turns off a bank a competition file grants)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def _default_competition() -> dict[str, Any]:
+    """The default competition's keys, for the help: read from its preset file alone (no format
+    is loaded for a --help)."""
+    with open(preset_paths()[DEFAULT_COMPETITION], "rb") as handle:
+        return tomllib.load(handle)
+
+
+def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
+    """The options of ``run`` and ``serve``; their help gives the default that applies to ``command``."""
+    run = command == "run"
+    default_competition = _default_competition()
+    budgets = {**BudgetPolicy().as_dict(), **default_competition.get("budgets", {})}
+
+    def competition_default(key: str, variable: str | None = None) -> str:
+        value = budgets[key]
+        shown = f"{value:g}" if isinstance(value, float) else str(value)
+        where = f"${variable}, else " if variable else ""
+        return f"(default: {where}the competition's; {shown} in {DEFAULT_COMPETITION})"
+
+    parser.add_argument(
+        "--tests",
+        metavar="DIR",
+        help="the data evaluated on: a Flatland test folder (Test_<t>/Level_<l>.pkl + metadata.csv) or a MetaLC "
+        "meta-dataset (default: the competition's `tests`, else for Flatland $AICROWD_TESTS_FOLDER, else "
+        + (
+            "an 8-env debug set generated once into ~/.cache/arbiter or $ARBITER_CACHE_DIR)"
+            if run
+            else "none: Flatland and MetaLC need one)"
+        ),
+    )
+    parser.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="the Redis to use (default: $ARBITER_REDIS_URL, else "
+        + (
+            "a redis-server of its own on 127.0.0.1:6379, or a free port when 6379 is busy, stopped at the end)"
+            if run
+            else "redis://$redis_ip:6379/0, with redis_ip 127.0.0.1 when unset)"
+        ),
+    )
+    parser.add_argument(
+        "--service-id",
+        metavar="ID",
+        help=f"evaluation id, the Redis key namespace (default: $AICROWD_SUBMISSION_ID, else {DEFAULT_SERVICE_ID})",
+    )
+    parser.add_argument(
+        "--results",
+        metavar="DIR",
+        help="results folder (default: arbiter-results/run-<date>-<time> in the current folder"
+        + (")" if run else "; --resume needs the evaluation's own)"),
+    )
+    parser.add_argument(
+        "--competition",
+        default=None,
+        metavar="NAME|FILE",
+        help=f"competition preset ({', '.join(preset_names())}) or a .toml file (default: {DEFAULT_COMPETITION})",
+    )
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a competition key, validated like the file (dotted for tables: --set phase2.max_steps=20000)",
+    )
+    parser.add_argument(
+        "--phase",
+        type=int,
+        choices=[1, 2],
+        help="two-phase format: run this phase only, as --set phase=N (default: both)",
+    )
+    parser.add_argument(
+        "--scoring",
+        metavar="RULE",
+        help="the format's scoring rule, e.g. flatland: neurips2020 or flatland3 (default: the competition's)",
+    )
+    parser.add_argument(
+        "--debug",
+        action="store_true",
+        help=f"debug run, not an official score: {DEBUG_OVERALL_S / 60:g} minutes overall and the first "
+        f"{DEBUG_EPISODES} episodes (MetaLC: datasets; two-phase plays its whole plan) (default: off, unless "
+        "$AICROWD_DEBUG_SUBMISSION=1)",
+    )
+    seed_default = f"the competition's; {default_competition.get('seed')} in {DEFAULT_COMPETITION}"
+    if not run:
+        secret = " or ".join(SECRET_SEED_FORMATS)
+        seed_default += f"; a hosted {secret} evaluation draws a secret one unless one is chosen"
+    parser.add_argument(
+        "--seed", type=int, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
+    )
+    parser.add_argument(
+        "--record",
+        type=_count,
+        metavar="N",
+        help="Flatland: keep the actions of the first N episodes for `arbiter replay` "
+        "(default: the competition's record_episodes, 0 in its presets)",
+    )
+    parser.add_argument(
+        "--planning-timeout",
+        type=_positive(float),
+        metavar="S",
+        help="planning budget per episode " + competition_default("planning_s", "FLATLAND_INITIAL_PLANNING_TIMEOUT"),
+    )
+    parser.add_argument(
+        "--step-timeout",
+        type=_positive(float),
+        metavar="S",
+        help="budget per step " + competition_default("step_s", "FLATLAND_PER_STEP_TIMEOUT"),
+    )
+    parser.add_argument(
+        "--overall-timeout",
+        type=_positive(float),
+        metavar="S",
+        help="budget for the whole evaluation " + competition_default("overall_s", "FLATLAND_OVERALL_TIMEOUT"),
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_positive(float),
+        metavar="S",
+        help="wait for a client / the next episode before ending "
+        + competition_default("idle_s", "FLATLAND_DEFAULT_COMMAND_TIMEOUT"),
+    )
+    parser.add_argument(
+        "--max-successive-timeouts",
+        type=_positive(int),
+        metavar="N",
+        help="timeouts in a row that end the evaluation "
+        + competition_default("max_successive_timeouts", "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS"),
+    )
+    parser.add_argument(
+        "--time-bank",
+        type=_seconds,
+        metavar="S",
+        help="per episode: seconds planning and steps may run over their budgets in all "
+        + competition_default("time_bank_s"),
+    )
+    parser.add_argument(
+        "--redis-outage-timeout",
+        type=_positive(float),
+        default=60.0,
+        metavar="S",
+        help="how long the evaluator rides out a Redis outage before stopping as INTERRUPTED (default: 60)",
+    )
+    parser.add_argument(
+        "--refuse-pickle",
+        action="store_true",
+        help="answer pickled requests (FlatlandRemoteClient(use_pickle=True)) with an error instead of serving "
+        "them (default: served, unless the competition says accept_pickle = false)",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress lines" + (" (the agent's own output still shows)" if run else ""),
+    )
+    parser.add_argument(
+        "--log-level", default="WARNING", metavar="LEVEL", help="Python logging level (default: WARNING)"
+    )
+
+
+def _watch_and_replay_parsers(commands: argparse._SubParsersAction) -> None:
+    watch = commands.add_parser("watch", help="follow an evaluation's progress from another terminal")
+    watch.add_argument(
+        "--service-id",
+        metavar="ID",
+        help="the evaluation to follow "
+        f"(default: $AICROWD_SUBMISSION_ID, else the local run's, else {DEFAULT_SERVICE_ID})",
+    )
+    watch.add_argument(
+        "--redis-url",
+        metavar="URL",
+        help="its Redis (default: $ARBITER_REDIS_URL, else the `arbiter run` going on on this machine for this "
+        "user, else redis://$redis_ip:6379/0)",
+    )
+    start = watch.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-start", dest="from_start", action="store_true", default=True, help="show the history first (default)"
+    )
+    start.add_argument("--new-only", dest="from_start", action="store_false", help="show only events from now on")
+    watch.add_argument(
+        "--timeout",
+        type=_positive(float),
+        default=3600.0,
+        metavar="S",
+        help="give up after S s with no event (default: 3600)",
+    )
+    replay = commands.add_parser("replay", help="render a recorded episode as an animated GIF, and check it")
+    replay.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
+    replay.add_argument("episode", type=int, metavar="EPISODE", help="episode index, as in episodes.jsonl")
+    replay.add_argument("--out", required=True, metavar="FILE.gif", help="the GIF to write")
+    replay.add_argument("--tests", metavar="DIR", help="the evaluation's test folder (default: from summary.json)")
+    replay.add_argument("--renderer", default="PILSVG", choices=["PILSVG", "PIL"], help="PIL is plainer and faster")
+    replay.add_argument("--fps", type=_positive(float), default=8.0, help="frames per second (default 8)")
+    replay.add_argument("--every", type=_positive(int), metavar="K", help="draw every K-th step (default: 500 frames)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser(
+        "run", help="evaluate an agent locally in one command", usage="arbiter run [options] -- AGENT_COMMAND..."
+    )
+    _shared_options(run, "run")
+    run.add_argument("agent", nargs=argparse.REMAINDER, help="the agent command, after --")
+
+    serve = commands.add_parser("serve", help="run the evaluator alone (hosted evaluation)")
+    _shared_options(serve, "serve")
+    serve.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
+    )
+
+    generate = commands.add_parser(
+        "generate", help="write a Flatland test folder, or a synthetic MetaLC meta-dataset (--format metalc)"
+    )
+    generate.add_argument("--out", required=True, metavar="DIR")
+    generate.add_argument(
+        "--format", default="flatland", choices=["flatland", "metalc"], help="what to write (default: flatland)"
+    )
+    generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS), help="flatland: size")
+    generate.add_argument("--seed", type=int, default=None, help=f"default {DEBUG_TEST_SEED} (flatland), 0 (metalc)")
+    generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
+    generate.add_argument("--datasets", type=int, default=12, help="metalc: datasets (at least 6, one per fold)")
+    generate.add_argument("--algorithms", type=int, default=6, help="metalc: algorithms")
+    generate.add_argument("--missing-fraction", type=float, default=0.0, help="metalc: share of curves left out")
+    generate.add_argument(
+        "--duplicate-fraction", type=float, default=0.0, help="metalc: share of curves with a repeated time"
+    )
+    _watch_and_replay_parsers(commands)
+    acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
+    acl.add_argument("--service-id", required=True)
+    acl.add_argument("--password", required=True, help="the participant's Redis password (printed only hashed)")
+    acl.add_argument("--user", help="ACL user name (default participant-<service id>; 'default' for legacy clients)")
+    acl.add_argument(
+        "--format",
+        choices=["command", "config"],
+        default="command",
+        help="command: an ACL SETUSER line for redis-cli (default); config: a `user` line for a redis.conf file",
+    )
+    report = commands.add_parser("report", help="write a self-contained report.html from a results folder")
+    report.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
+    report.add_argument("--out", metavar="FILE", help="the HTML file to write (default RESULTS_DIR/report.html)")
+    return parser

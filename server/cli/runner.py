@@ -1,0 +1,275 @@
+"""``arbiter run``: a whole local evaluation in one command.
+
+Redis (the given one, or an embedded redis-server), the evaluator in this process, and the
+agent command as a child process with the connection settings in its environment.
+
+Stopping (Ctrl-C, SIGTERM, SIGHUP): the agent runs in its own process group, so a terminal's
+Ctrl-C reaches arbiter alone, which ends the evaluation as INTERRUPTED, sends SIGTERM to the
+agent's whole group at once, kills the group if it is still there ``AGENT_INTERRUPT_GRACE_S``
+later (at once on a second signal), then stops the embedded Redis. When ``arbiter run`` returns,
+no process of the agent's group is left. SIGTERM, not the SIGINT of a Ctrl-C: a Python agent
+ends on it quietly, where SIGINT would fill the terminal with its KeyboardInterrupt traceback;
+the person who pressed Ctrl-C is told in one line that the agent was stopped.
+
+A run that cannot start (an agent command that is not a program, a Redis that cannot be used)
+fails with a clear error and leaves no results folder of its own behind.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import redacted
+from arbiter.server.cli.embedded_redis import HOST, EmbeddedRedis
+from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_run
+from arbiter.server.cli.progress import Progress
+from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.evaluation import State
+from arbiter.server.service.build import run_to_end, start_service
+
+log = logging.getLogger(__name__)
+
+AGENT_EXIT_GRACE_S = 10.0  # after the evaluation ends, time the agent gets to exit by itself
+AGENT_TERMINATE_GRACE_S = 5.0  # then, after SIGTERM, before SIGKILL
+# After an interrupt is passed on, time the agent gets to exit before its group is killed: enough
+# for a Python agent to unwind a KeyboardInterrupt, short enough that Ctrl-C means "stop now".
+AGENT_INTERRUPT_GRACE_S = 2.0
+AGENT_POLL_S = 0.02  # how often the wait for the agent to exit looks at the clock and at signals
+
+
+@dataclass
+class RunOutcome:
+    summary: dict
+    agent_status: int | None
+    exit_code: int
+    interrupted: bool = False  # a stop signal (Ctrl-C) ended the run and stopped the agent
+
+
+def agent_command_problem(command: list[str]) -> str | None:
+    """Why ``command`` cannot be started as it is, or None: checked before anything is set up,
+    so a typo costs no Redis, no results folder and no evaluation. (The agent's PATH is this
+    process's: ``agent_environment`` adds to the environment, never changes it.)"""
+    program = command[0]
+    if os.sep in program:
+        if not os.path.exists(program):
+            return f"{program!r} does not exist"
+        if os.path.isdir(program):
+            return f"{program!r} is a folder, not a program"
+        if not os.access(program, os.X_OK):
+            return f"{program!r} is not executable (make it so, or name its interpreter: python {program})"
+        if _script_without_interpreter(program):
+            return f"{program!r} names no interpreter in a #! first line (add one, or run it as: python {program})"
+        return None
+    if shutil.which(program) is None:
+        return f"{program!r} is not a program on PATH"
+    return None
+
+
+def _script_without_interpreter(path: str) -> bool:
+    """A text file without a ``#!`` line: the system cannot run it (a program file holds NUL bytes)."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(512)
+    except OSError:
+        return False  # the start itself says what is wrong
+    return not head.startswith(b"#!") and b"\0" not in head
+
+
+def _first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (what a run would create), or None."""
+    missing = None
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        missing = current
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return missing
+
+
+def agent_environment(
+    redis_url: str, service_id: str, tests: str | None, legacy_host: str | None = None
+) -> dict[str, str]:
+    """What the agent needs to connect: arbiter's variables and flatland's legacy ones
+    (``legacy_host``: the TCP host for flatland's client, which knows no unix sockets; by
+    default the URL's own host)."""
+    env = dict(os.environ)
+    env["ARBITER_REDIS_URL"] = redis_url
+    env["AICROWD_SUBMISSION_ID"] = service_id
+    env["redis_ip"] = legacy_host or urlparse(redis_url).hostname or "127.0.0.1"
+    if tests is not None:
+        env["AICROWD_TESTS_FOLDER"] = os.path.abspath(tests)
+    return env
+
+
+class AgentProcess:
+    """The agent command, run in a process group of its own (its pgid is its pid).
+
+    ``interrupt`` is called from the signal handler, so it only sets attributes and sends
+    signals: no lock, no logging, no output."""
+
+    def __init__(self, command: list[str], env: dict[str, str]):
+        self.command = command
+        self.env = env
+        self.process: subprocess.Popen | None = None
+        self.interrupted_at: float | None = None  # monotonic time of the first stop signal
+        self._interrupts = 0
+
+    def start(self) -> None:
+        # A process group in a terminal's background is stopped (SIGTTIN) if it reads from the
+        # terminal: the agent reads an empty stdin instead.
+        stdin = subprocess.DEVNULL if os.isatty(0) else None
+        self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0)
+        if self._interrupts:  # a stop signal came while the agent was being started
+            self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
+
+    def interrupt(self, signum: int) -> None:
+        """A stop signal reached arbiter: the first sends SIGTERM to the agent's group (see the
+        module's docstring), the second kills the group."""
+        self._interrupts += 1
+        if self._interrupts == 1:
+            self.interrupted_at = time.monotonic()
+        if self.process is not None:
+            self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
+
+    def _signal_group(self, signum: int) -> None:
+        assert self.process is not None
+        try:
+            os.killpg(self.process.pid, signum)
+        except ProcessLookupError:
+            pass  # every process of the group has exited
+
+    def stop(self, evaluation_ended_at: float) -> None:
+        """Give the agent its grace to exit by itself, then end its whole group."""
+        assert self.process is not None
+        terminated_at: float | None = None
+        while self.process.poll() is None:
+            now = time.monotonic()
+            if self.interrupted_at is not None:
+                if now >= self.interrupted_at + AGENT_INTERRUPT_GRACE_S:
+                    log.warning("the agent did not exit %g s after the interrupt; killing it", AGENT_INTERRUPT_GRACE_S)
+                    break
+            elif terminated_at is None and now >= evaluation_ended_at + AGENT_EXIT_GRACE_S:
+                log.warning(
+                    "the agent did not exit %g s after the evaluation ended; terminating it", AGENT_EXIT_GRACE_S
+                )
+                self._signal_group(signal.SIGTERM)
+                terminated_at = now
+            elif terminated_at is not None and now >= terminated_at + AGENT_TERMINATE_GRACE_S:
+                break
+            # Not process.wait(timeout): a signal arriving meanwhile shortens the grace.
+            time.sleep(AGENT_POLL_S)
+        self.kill()
+
+    def kill(self) -> None:
+        """SIGKILL whatever is left of the agent's group (processes it started included); reap it."""
+        if self.process is not None:
+            self._signal_group(signal.SIGKILL)
+            self.process.wait()
+
+
+def run_local(
+    spec: CompetitionSpec,
+    *,
+    agent_command: list[str],
+    tests: str | None,
+    results_dir: str,
+    service_id: str,
+    redis_url: str | None,
+    progress: Progress,
+    redis_outage_s: float = 60.0,
+) -> RunOutcome:
+    problem = agent_command_problem(agent_command)
+    if problem:
+        raise ConfigError(f"cannot start the agent: {problem}")
+    embedded: EmbeddedRedis | None = None
+    agent: AgentProcess | None = None
+    announcement: str | None = None
+    created = _first_missing(results_dir)  # removed again if the run fails before the agent starts
+    flatland = spec.format == "flatland"  # only Flatland agents may use flatland's own client
+    legacy_host = None
+    redis_label = None  # how the start line names the Redis: by default, the URL
+    agent_started = False
+    try:
+        if redis_url is None:
+            embedded = EmbeddedRedis()
+            embedded.start()
+            # arbiter's own sides speak over the unix socket; flatland's client over TCP
+            redis_url = embedded.local_url
+            legacy_host = HOST
+            if flatland and redis_url != embedded.url:
+                redis_label = f"{redacted(redis_url)} (flatland's client: {redacted(embedded.url)})"
+            if flatland and embedded.port != 6379:
+                progress.note(
+                    f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
+                    "flatland's FlatlandRemoteClient with its default port will not reach it"
+                )
+        agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests, legacy_host))
+        service = start_service(
+            spec,
+            tests=tests,
+            results_dir=results_dir,
+            redis_url=redis_url,
+            service_id=service_id,
+            progress=progress,
+            redis_outage_s=redis_outage_s,
+            on_stop_signal=agent.interrupt,
+            redis_label=redis_label,
+        )
+        announcement = announce_run(redis_url, service_id, results_dir)
+        progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
+        if not service.stop_requested:  # stopped while it started: the agent never runs
+            try:
+                agent.start()
+            except OSError as exc:
+                # The command passed the check above, yet cannot run (a program built for another
+                # system, say): nothing was evaluated, so nothing of this run is kept.
+                service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
+                service.transport.close()
+                raise ConfigError(f"cannot start the agent {agent_command!r}: {exc}") from None
+            agent_started = True
+            process = agent.process
+            threading.Thread(
+                target=lambda: service.agent_exited(process.wait()), name="agent-watcher", daemon=True
+            ).start()
+        summary = run_to_end(service, progress, results_dir)
+        status = None
+        if agent.process is not None:
+            agent.stop(evaluation_ended_at=time.monotonic())
+            status = agent.process.returncode
+        if summary["state"] == State.SUCCESS.value:
+            exit_code = 0 if status in (0, None) else 1
+        elif summary["state"] == State.INTERRUPTED.value:
+            exit_code = 130
+        else:
+            exit_code = 1
+        return RunOutcome(summary, status, exit_code, interrupted=agent.interrupted_at is not None)
+    except BaseException:
+        if not agent_started and created is not None:
+            shutil.rmtree(created, ignore_errors=True)
+        raise
+    finally:
+        withdraw_run(announcement)
+        if agent is not None:
+            agent.kill()
+        if embedded is not None:
+            embedded.stop()
+
+
+def _follow_hint(redis_url: str, service_id: str) -> str:
+    """The ``arbiter watch`` command that follows this run. A URL with a password is not
+    printed: ``arbiter watch`` finds the run by its announcement (server/local_runs.py) instead."""
+    if urlparse(redis_url).password:
+        return f"arbiter watch --service-id {shlex.quote(service_id)}"
+    return watch_command(redis_url, service_id)

@@ -1,0 +1,286 @@
+"""Competition specs: a small TOML file naming the format, its data, budgets, scoring and options.
+
+Presets ship in each format's folder (``formats/<name>/presets/``: ``flatland-neurips2020``,
+``flatland-debug``, ``flatland3``, ``two-phase-cartpole`` ...); a path to a .toml file works too.
+The core keys are this module's; every other top-level key or table belongs to the format and is
+checked by the format's options class. ``--set KEY=VALUE`` overrides any key (dotted for tables,
+``phase2.max_steps=20000``; VALUE is read as TOML, else as a string) and is validated exactly
+like the file: unknown keys and impossible settings are errors, never silently ignored.
+
+The seed: ``arbiter run`` (the participant's own machine) resets with the competition's seed, so
+a local run reproduces exactly. A hosted evaluation (``arbiter serve``) of a format whose env
+lives on the server resets with a seed drawn at its start and known to the server only
+(``persisted_seed``), unless the organiser fixes one: a ``seed`` key in their own competition
+file, ``--set seed=`` or ``--seed``. A shipped preset's seed is public, so it fixes nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+import tomllib
+from dataclasses import dataclass, field
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.budgets import BudgetPolicy
+from arbiter.server.formats import format_names, get_format, presets_dirs
+from arbiter.server.formats.base import options_from_dict
+
+DEFAULT_COMPETITION = "flatland-neurips2020"
+DEBUG_COMPETITION = "flatland-debug"
+DEBUG_EPISODES = 28
+DEBUG_OVERALL_S = 48 * 60.0
+
+
+@dataclass(frozen=True)
+class CompetitionSpec:
+    name: str
+    format: str = "flatland"
+    scoring: str | None = None  # None: the format's first rule
+    tests: str | None = None
+    seed: int | None = 1001
+    debug: bool = False
+    max_episodes: int | None = None
+    record_episodes: int = 0  # keep the actions of the first N episodes for `arbiter replay`
+    # Pickled requests from FlatlandRemoteClient(use_pickle=True), through a restricted unpickler.
+    accept_pickle: bool = True
+    budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
+    options: Any = None  # the format's own keys (its options dataclass), None for a format with none
+    # True: the seed is chosen (the organiser's competition file, --set seed=, --seed; or settled
+    # by persisted_seed); False: it is a shipped preset's or the default, public, and a hosted
+    # evaluation draws its own.
+    seed_fixed: bool = False
+
+    def __post_init__(self) -> None:
+        if self.format not in format_names():
+            raise ConfigError(f"{self.name}: unknown format {self.format!r}; known: {', '.join(format_names())}")
+        rules = get_format(self.format).rules
+        if self.scoring is None:
+            object.__setattr__(self, "scoring", next(iter(rules)))
+        elif self.scoring not in rules:
+            raise ConfigError(
+                f"{self.name}: unknown scoring rule {self.scoring!r} for format {self.format!r}; "
+                f"known: {', '.join(rules)}"
+            )
+        if self.max_episodes is not None and (not isinstance(self.max_episodes, int) or self.max_episodes < 1):
+            raise ConfigError(f"{self.name}: max_episodes must be a whole number >= 1")
+        record = self.record_episodes
+        if isinstance(record, bool) or not isinstance(record, int) or record < 0:
+            raise ConfigError(f"{self.name}: record_episodes must be a whole number >= 0")
+        if record and self.format != "flatland":
+            raise ConfigError(f"{self.name}: record_episodes (replays) exists for the flatland format only")
+        if not isinstance(self.accept_pickle, bool):
+            raise ConfigError(f"{self.name}: accept_pickle must be true or false")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
+            raise ConfigError(f"{self.name}: seed must be a whole number")
+        if self.seed is not None and self.seed < 0:
+            raise ConfigError(f"{self.name}: seed must be a whole number >= 0, got {self.seed}")
+        if not isinstance(self.seed_fixed, bool):
+            raise ConfigError(f"{self.name}: seed_fixed must be true or false")
+
+    def with_debug(self) -> CompetitionSpec:
+        """Debug mode: the first 28 episodes, an overall limit of 48 minutes."""
+        episodes = min(self.max_episodes or DEBUG_EPISODES, DEBUG_EPISODES)
+        overall = min(self.budgets.overall_s, DEBUG_OVERALL_S)
+        budgets = dataclasses.replace(self.budgets, overall_s=overall)
+        return dataclasses.replace(self, debug=True, max_episodes=episodes, budgets=budgets)
+
+    def with_budgets(self, **overrides: Any) -> CompetitionSpec:
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return dataclasses.replace(self, budgets=dataclasses.replace(self.budgets, **given)) if given else self
+
+    def options_dict(self) -> dict[str, Any] | None:
+        return dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else None
+
+    def as_dict(self) -> dict[str, Any]:
+        found = dataclasses.asdict(self)
+        found["options"] = self.options_dict()
+        return found
+
+
+# seed_fixed is where the seed came from, never a key of a file.
+_CORE_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name", "options", "seed_fixed"}
+_BUDGET_KEYS = {f.name for f in dataclasses.fields(BudgetPolicy)}
+
+
+def preset_paths() -> dict[str, str]:
+    found: dict[str, str] = {}
+    for folder in presets_dirs():
+        for entry in sorted(os.listdir(folder)):
+            if entry.endswith(".toml"):
+                found[os.path.splitext(entry)[0]] = os.path.join(folder, entry)
+    return found
+
+
+def preset_names() -> list[str]:
+    return sorted(preset_paths())
+
+
+def _is_shipped_preset(path: str) -> bool:
+    return os.path.realpath(path) in {os.path.realpath(p) for p in preset_paths().values()}
+
+
+def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None) -> CompetitionSpec:
+    if os.path.isfile(name_or_path):
+        path, name = name_or_path, os.path.splitext(os.path.basename(name_or_path))[0]
+    else:
+        path, name = preset_paths().get(name_or_path, ""), name_or_path
+        if not path:
+            raise ConfigError(
+                f"unknown competition {name_or_path!r}: not a file, and not a preset ({', '.join(preset_names())})"
+            )
+    try:
+        with open(path, "rb") as handle:
+            data = tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    # A shipped preset's seed is public; the organiser's own file or a --set chooses one.
+    seed_fixed = "seed" in data and not _is_shipped_preset(path)
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+        seed_fixed = seed_fixed or assignment.partition("=")[0].strip() == "seed"
+    source = path if not overrides else f"{path} with --set {' '.join(overrides)}"
+    return dataclasses.replace(spec_from_dict(name, data, source=source), seed_fixed=seed_fixed)
+
+
+def parse_value(text: str) -> Any:
+    """A --set value: TOML (``20000``, ``1.5``, ``true``, ``"a b"``, ``[1, 2]``, ``{k = 1}``), else
+    the text itself as a string (``--set env_id=CartPole-v1``)."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    key, sep, text = assignment.partition("=")
+    key = key.strip()
+    if not sep or not key:
+        raise ConfigError(f"--set {assignment!r}: expected KEY=VALUE (dotted KEY for a table, e.g. phase2.max_steps=1)")
+    *tables, leaf = key.split(".")
+    target = data
+    for part in tables:
+        nested = target.setdefault(part, {})
+        if not isinstance(nested, dict):
+            raise ConfigError(f"--set {key}: {part!r} is a value, not a table")
+        target = nested
+    target[leaf] = parse_value(text.strip())
+
+
+def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> CompetitionSpec:
+    data = dict(data)
+    if "adapter" in data and "format" not in data:  # the key's name before formats were folders
+        data["format"] = data.pop("adapter")
+    format_name = data.get("format", "flatland")
+    if not isinstance(format_name, str) or format_name not in format_names():
+        raise ConfigError(f"{source}: unknown format {format_name!r}; known: {', '.join(format_names())}")
+    found = get_format(format_name)
+    core = {k: v for k, v in data.items() if k in _CORE_KEYS}
+    own = {k: v for k, v in data.items() if k not in _CORE_KEYS}
+    if own and found.options is None:
+        raise ConfigError(f"{source}: unknown keys {sorted(own)}; allowed: {sorted(_CORE_KEYS)}")
+    budgets_data = core.pop("budgets", {})
+    if not isinstance(budgets_data, dict):
+        raise ConfigError(f"{source}: [budgets] must be a table")
+    unknown = set(budgets_data) - _BUDGET_KEYS
+    if unknown:
+        raise ConfigError(f"{source}: unknown budget keys {sorted(unknown)}; allowed: {sorted(_BUDGET_KEYS)}")
+    try:
+        budgets = BudgetPolicy(**budgets_data)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    options = options_from_dict(found.options, own, source) if found.options is not None else None
+    try:
+        return CompetitionSpec(name=name, budgets=budgets, options=options, seed_fixed="seed" in core, **core)
+    except TypeError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
+# -- the seed of a hosted evaluation ------------------------------------------------------------
+
+SEED_FILE = "seed.json"  # in the results folder: the seed a hosted evaluation started with
+# Formats whose env lives on the server, seeded by the competition seed: there the seed is a
+# secret worth keeping. Flatland's protocol hands every reset's seed to the client, which
+# rebuilds the env with it (a drawn seed would hide nothing, and flatland-rl's evaluator uses
+# 1001); MetaLC's runs are seeded as the challenge seeded them, whatever the competition's seed.
+SECRET_SEED_FORMATS = ("two-phase", "diambra")
+# Bits of a drawn seed: every reset's seed is derived from it (numpy's SeedSequence), and the
+# episodes reveal theirs once over; too many bits to find the drawn one from them by search.
+DRAWN_SEED_BITS = 64
+
+
+def seed_file(results_dir: str) -> str:
+    return os.path.join(results_dir, SEED_FILE)
+
+
+def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
+    """What ``persisted_seed`` wrote in a results folder (``{"seed", "drawn"}``), or None."""
+    path = seed_file(results_dir)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is unreadable ({exc}): it holds the seed this evaluation started with") from None
+    seed = found.get("seed") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or "seed" not in found or not (seed is None or type(seed) is int):
+        raise ConfigError(f"{path} holds no seed; it should name the seed this evaluation started with")
+    return found
+
+
+def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
+    """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
+    os.makedirs(results_dir, exist_ok=True)
+    path = seed_file(results_dir)
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as handle:
+        handle.write(json.dumps({"seed": seed, "drawn": drawn}) + "\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    folder = os.open(results_dir, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool) -> CompetitionSpec:
+    """The spec with the seed the evaluation in ``results_dir`` resets with.
+
+    Not hosted (``arbiter run``): the spec's seed, as it is. Hosted (``arbiter serve``): a fresh
+    evaluation of a format in ``SECRET_SEED_FORMATS`` draws a seed unless the spec's is fixed,
+    and every hosted evaluation writes its seed to the results folder before it starts (the
+    participant never sees it; the summary records it at the end). A resumed one reads it back,
+    so it resets with the seeds it started with."""
+    if not hosted:
+        return spec
+    if resume:
+        found = read_persisted_seed(results_dir)
+        if found is not None:
+            if spec.seed_fixed and spec.seed != found["seed"]:
+                raise ConfigError(
+                    "the seed given for this evaluation differs from the one it started with "
+                    f"({seed_file(results_dir)}); resume it without a seed, or with that one"
+                )
+            return dataclasses.replace(spec, seed=found["seed"], seed_fixed=True)
+        if not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS and _has_records(results_dir):
+            raise ConfigError(
+                f"{results_dir} holds episodes but not the seed they were played with ({SEED_FILE}); "
+                "give it with --seed N to resume"
+            )
+    drawn = not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS
+    seed = secrets.randbits(DRAWN_SEED_BITS) if drawn else spec.seed
+    _write_seed_file(results_dir, seed, drawn=drawn)
+    return dataclasses.replace(spec, seed=seed, seed_fixed=True)
+
+
+def _has_records(results_dir: str) -> bool:
+    episodes = os.path.join(results_dir, "episodes.jsonl")
+    return os.path.exists(episodes) and os.path.getsize(episodes) > 0

@@ -1,0 +1,394 @@
+"""One evaluation as a state machine: a format's plan, budgets and scores, with no I/O of its own.
+
+The service loop (service.py) feeds it requests and expired deadlines; it answers with reply
+payloads and out-of-band errors, and writes each finished item's records to the results store
+before anything else happens. It knows no format: it plays the plan's items (formats/base.py),
+each an episode or a stage of episodes. Its rules, in brief (an "episode" is one item):
+
+- items are handed out in order; each ENV_CREATE starts the next one (an unfinished episode
+  is abandoned and scores as unfinished), except within an item that spans resets (a training
+  run), where it starts the item's next episode unless the client names a later item;
+- a stage budget, where an item has one, bounds the whole item like a step budget bounds a step;
+- a planning or step timeout scores the episode as unfinished, puts the timeout on the errors
+  list and ignores the episode's late steps; the evaluation continues at the next ENV_CREATE;
+- after a timeout the client has one step budget to ask for the next episode; every budget
+  that passes in a row counts as a successive timeout, and the limit ends the evaluation;
+- the wait after an episode's last step is not a step window: a finished episode is final;
+- an evaluation that ends early after at least one episode was handed out (successive
+  timeouts, an idle client, an early ENV_SUBMIT) is scored with every episode not played
+  counting as unfinished; one where no episode was handed out, or that ran over the overall
+  budget, FAILS with no score.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import time
+from array import array
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.protocol.errors import OutOfOrder, TimeoutException
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
+from arbiter.server.core import summary as evaluation_summary
+from arbiter.server.core.budgets import BudgetPolicy, TimeBank, Wait
+from arbiter.server.core.endings import Endings, State
+from arbiter.server.core.restarts import Restarts
+from arbiter.server.core.resume import resume_point
+from arbiter.server.core.scoring import ScoringRule
+from arbiter.server.core.summary import core_fields, merge_records, stats
+from arbiter.server.formats.base import Item, OpenItem, Plan
+from arbiter.server.service.results import ResultsStore
+
+log = logging.getLogger(__name__)
+
+
+class Evaluation(Endings, Restarts):
+    def __init__(
+        self,
+        plan: Plan,
+        rule: ScoringRule,
+        budgets: BudgetPolicy,
+        store: ResultsStore,
+        *,
+        competition: str,
+        service_id: str,
+        format_name: str = "flatland",
+        options: dict[str, Any] | None = None,
+        debug: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
+        on_finish: Callable[[Evaluation], None] | None = None,
+        on_replay: Callable[[list[int], str], None] | None = None,
+    ):
+        self.plan = plan
+        self.items: list[Item] = plan.items
+        self.format_name = format_name
+        self.options = options  # the format's competition keys, for the summary
+        # Server-side formats answer every step with the observation; Flatland's client mirrors
+        # its env and answers itself, so its steps are answered only when asked (the legacy wire).
+        self.server_side: bool = getattr(plan, "server_side", True)
+        self.rule = rule
+        self.budgets = budgets
+        self.store = store
+        self.competition = competition
+        self.service_id = service_id
+        self.debug = debug
+        self.clock = clock
+        self.on_episode = on_episode
+        self.on_finish = on_finish
+        self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
+
+        self.state = State.RUNNING
+        self.termination_cause = ""
+        self.records: list[dict[str, Any]] = []
+        self._running_score: tuple[int, float | None] = (0, None)  # (records it was computed from, score)
+        self.current: OpenItem | None = None
+        self.item_budgets = budgets  # the running item's budgets (an item may have its own)
+        self.stage_at: float | None = None  # the running item's stage deadline, if it has one
+        self.next_index = 0
+        self.wait = Wait.CLIENT
+        self.wait_started = clock()
+        self.created_at = clock()
+        self.started_at: float | None = None  # first request: the overall budget starts here
+        self.used_before_s = 0.0  # overall time used by earlier runs of a resumed evaluation
+        self.finished_at: float | None = None
+        self.started_wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
+        self.successive_timeouts = 0
+        self.counters: Counter[str] = Counter()
+        self.client_version: str | None = None
+        self.client_session: str | None = None  # the bound client's; every record names who played it
+        self.previous_client: str | None = None  # who played the last item before a restart
+        # Resumed, with the env on the server: the client may be inside an item this evaluator
+        # never opened (evaluation_restarts.py), until the first item is opened.
+        self.restarted = False
+        self.replayed: list[dict[str, Any]] = []  # items withdrawn and played again, for the summary
+        # Per-step timings (seconds), kept compact: an 8-hour evaluation makes millions of steps.
+        self.think_s = array("d")  # client time between our readiness and its next step
+        self.server_step_s = array("d")  # our time to apply one step
+        self._episode_think = array("d")
+        self._episode_started = 0.0
+        self._planning_s: float | None = None
+        self._invalid_actions = 0
+        self.bank = TimeBank(budgets.time_bank_s)
+        # The next item, opened ahead while the evaluator would otherwise wait (see prepare_ahead),
+        # so loading its env rarely sits between an ENV_CREATE and its reply. Only for plans whose
+        # items have envs of their own: opening one must not touch the running item's env.
+        self._prepare_ahead: bool = getattr(plan, "prepare_ahead", False)
+        self._prepared: tuple[int, OpenItem | Exception] | None = None
+
+    # -- what the service loop asks -------------------------------------------------------
+
+    @property
+    def finished(self) -> bool:
+        return self.state is not State.RUNNING
+
+    @property
+    def total(self) -> int:
+        return len(self.items)
+
+    def restore(self, records: list[dict[str, Any]]) -> None:
+        """Continue a killed evaluation after its last finished item (``--resume``)."""
+        point = resume_point(records, self.items)
+        self.records = list(records)
+        self.next_index = point.items_done
+        self.used_before_s = point.used_before_s
+        self.successive_timeouts = point.successive_timeouts
+        self.counters["resumed"] += 1
+        self.restarted = self.server_side
+        self.previous_client = next((r.get("client") for r in reversed(records) if not r.get("skipped")), None)
+        log.info(
+            "resuming after %d finished items (%.1f s of the overall budget used)", point.items_done, self.used_before_s
+        )
+
+    # -- requests ---------------------------------------------------------------------------
+
+    def on_ping(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
+        self._heard(now)
+        self.client_formats_check(extension(payload), now)
+        version = payload.get("version") if isinstance(payload, dict) else None
+        self.client_version = str(version)[:64] if version is not None else None
+        body = {
+            "protocol": PROTOCOL_VERSION,
+            "budgets": self.budgets.as_dict(),
+            "episodes": self.total,
+            "scoring": self.rule.name,
+            "debug": self.debug,
+            **self.plan.handshake(),
+        }
+        if self.server_side:
+            body["format"] = self.format_name
+            body["next"] = self.next_index  # where a restarted client picks the plan up
+        return reply(FLATLAND_RL.PONG, {EXTENSION_KEY: body})
+
+    def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
+        self._heard(now)
+        current = self.current
+        ext = extension(payload) if self.server_side else {}
+        wanted = ext.get("item")
+        if self.restarted and current is None:
+            # The first reset after a restart: from inside an item (a reset within it, or one for
+            # an item after it) it cannot go on; from between items it goes on where it is.
+            if ext.get("within") is True or (type(wanted) is int and wanted > self.next_index):
+                self.restart_lost(now)
+            self.restarted = False
+        if current is not None:
+            if current.spans_resets:
+                if wanted is None or (type(wanted) is int and wanted == current.item.index):
+                    return self._next_reset(current, now)
+                if not (type(wanted) is int and current.item.index < wanted < self.total):
+                    raise OutOfOrder(
+                        f"ENV_CREATE names item {str(wanted)[:40]!r} during item {current.item.index}'s stage: "
+                        f"name it (its next episode) or a later item, below {self.total}; nothing was applied"
+                    )
+            self.counters["abandoned_episodes"] += 1
+            self._record_current(now, finished=False, abandoned=True)
+        elif type(wanted) is int and wanted < self.next_index and self.records and self.records[-1]["index"] == wanted:
+            # A reset for the stage that just ended, sent before the client heard: its stage is
+            # over (timed out, or ended by the evaluator) and the next item is not handed out for it.
+            if self.records[-1]["timed_out"] or self.records[-1].get("timeout"):
+                raise TimeoutException(f"item {wanted} timed out; call env_create() for the next item")
+            raise OutOfOrder(f"item {wanted} is over; call env_create() for the next item")
+        if self.next_index >= self.total:
+            self._set_wait(Wait.SUBMIT, now)
+            done: dict[str, Any] = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
+            if self.server_side:
+                done[EXTENSION_KEY] = {"finished": True}
+            return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, done)
+        item = self.items[self.next_index]
+        self.current = self._open(self.next_index)
+        self.next_index += 1
+        body = self._with_item(self.current.create_payload(), item)
+        self._episode_think = array("d")
+        self._planning_s = None
+        self._invalid_actions = 0
+        self.item_budgets = item.budgets or self.budgets
+        self.bank = TimeBank(self.item_budgets.time_bank_s)
+        # Loading the env is our time, not the participant's: planning starts when it is ready.
+        ready = self.clock()
+        self._episode_started = ready
+        stage_budget = self.current.stage_budget_s
+        self.stage_at = ready + stage_budget if stage_budget is not None else None
+        self._set_wait(Wait.PLANNING, ready)
+        return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
+
+    def _next_reset(self, current: OpenItem, now: float) -> dict[str, Any]:
+        """The next episode of an item that spans resets: the reset is one of the item's steps,
+        under the step budget (the planning budget was the item's first window)."""
+        if self.wait is Wait.STEP:
+            self._draw_bank(now - self.wait_started - self.item_budgets.step_s)
+        body = self._with_item(current.next_reset(), current.item)
+        self._set_wait(Wait.STEP, self.clock())
+        return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
+
+    def _with_item(self, body: dict[str, Any], item: Item) -> dict[str, Any]:
+        """Server-side formats: the create reply names the item it opened, so a client that
+        follows the plan (RemoteEnv's stages) knows where the evaluation stands."""
+        if self.server_side:
+            body.setdefault(EXTENSION_KEY, {})["item"] = item.index
+        return body
+
+    def on_step(self, payload: dict[str, Any], now: float) -> dict[str, Any] | None:
+        self._heard(now)
+        wants_reply = self.server_side or bool(extension(payload).get("reply"))
+        episode = self.current
+        if episode is None:
+            if self.restarted:  # a step of the item the killed evaluator was running
+                self.restart_lost(now)
+            if self.wait is Wait.AFTER_TIMEOUT or (self.records and self.records[-1]["timed_out"]):
+                # A step of the episode that already timed out: late, ignored, never applied.
+                self.counters["late_steps"] += 1
+                if wants_reply:
+                    raise TimeoutException("the episode timed out; call env_create() for the next one")
+                return None
+            raise OutOfOrder("ENV_STEP without a running episode: call env_create() first")
+        action = payload.get("action") if isinstance(payload, dict) else None
+        actions, invalid = episode.sanitize(action)  # a refused action raises: nothing is applied
+        think = now - self.wait_started
+        if self.wait is Wait.PLANNING:
+            self._planning_s = think
+            over_budget_s = think - self.item_budgets.planning_s
+        else:
+            self._episode_think.append(think)
+            self.think_s.append(think)
+            over_budget_s = think - self.item_budgets.step_s
+        self._draw_bank(over_budget_s)
+        if invalid:
+            self._invalid_actions += invalid
+            self.counters["invalid_actions"] += invalid
+        started = self.clock()
+        done = episode.step(actions)
+        finished_step = self.clock()
+        self.server_step_s.append(finished_step - started)
+        # Built before the item is recorded and closed: the reply reads the step's results.
+        body = reply(FLATLAND_RL.ENV_STEP_RESPONSE, episode.step_reply(invalid)) if wants_reply else None
+        if done:
+            self.successive_timeouts = 0
+            self._record_current(finished_step, finished=True)
+        else:
+            self._set_wait(Wait.STEP, finished_step)
+        return body
+
+    def _draw_bank(self, over_budget_s: float) -> None:
+        if over_budget_s > 0:
+            self.bank.draw(over_budget_s)
+
+    def on_submit(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
+        self._heard(now)
+        if self.next_index >= self.total and self.current is None:
+            self.finish(State.SUCCESS, f"all {self.items_said(self.total)} evaluated", now)
+        else:
+            played = len({r["index"] for r in self.records}) + (self.current is not None)
+            self._end_early(f"ENV_SUBMIT after {played} of {self.items_said(self.total)}", now)
+        return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
+
+    def preparation_pending(self) -> bool:
+        index = self.next_index
+        return (
+            self._prepare_ahead
+            and not self.finished
+            and index < self.total
+            and (self._prepared is None or self._prepared[0] != index)
+        )
+
+    def prepare_ahead(self) -> None:
+        """Open the next item now; the service loop calls this only when no deadline is near and
+        nothing is queued, so the work never delays a budget decision."""
+        if self.preparation_pending():
+            index = self.next_index
+            try:
+                self._prepared = (index, self.plan.open(self.items[index]))
+            except Exception as exc:  # raised when the episode is asked for, where it can be reported
+                self._prepared = (index, exc)
+
+    def _open(self, index: int) -> OpenItem:
+        if self._prepared is not None and self._prepared[0] == index:
+            opened = self._prepared[1]
+            self._prepared = None
+            if isinstance(opened, Exception):
+                raise opened
+            return opened
+        return self.plan.open(self.items[index])
+
+    # -- bookkeeping --------------------------------------------------------------------------
+
+    def _heard(self, now: float) -> None:
+        if self.started_at is None:
+            self.started_at = now
+
+    def _set_wait(self, wait: Wait, since: float) -> None:
+        self.wait = wait
+        self.wait_started = since
+
+    def _record_current(
+        self, now: float, *, finished: bool, timeout: str | None = None, abandoned: bool = False
+    ) -> None:
+        opened = self.current
+        assert opened is not None
+        self.current = None
+        self.stage_at = None
+        try:
+            records = opened.records(finished=finished, timeout=timeout, abandoned=abandoned)
+        finally:
+            opened.close()
+        self._write(opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned)
+        if finished or abandoned:
+            self._set_wait(Wait.NEXT_EPISODE, now)
+
+    def _write(
+        self,
+        item: Item,
+        format_records: list[dict[str, Any]],
+        now: float,
+        *,
+        played: bool,
+        timeout: str | None = None,
+        abandoned: bool = False,
+    ) -> None:
+        """One item's records, durable before anything else happens."""
+        item_core, last_core = core_fields(
+            timeout=timeout,
+            abandoned=abandoned,
+            played=played,
+            debug=self.debug,
+            elapsed_s=self.elapsed_s(now),
+            invalid_actions=self._invalid_actions,
+            wall_s=now - self._episode_started,
+            planning_s=self._planning_s,
+            step_think_s=stats(self._episode_think),
+            time_bank_used_s=self.bank.used_s,
+            client=self.client_session if played else None,
+        )
+        records = merge_records(item.index, item.key, format_records, item_core, last_core)
+        self.store.add_episodes(records)
+        # All of the item's records first, then one notice each: the score so far that every
+        # notice shows is the item's, computed once (a training run may hold thousands of episodes).
+        self.records.extend(records)
+        if self.on_episode is not None:
+            for record in records:
+                self.on_episode(record, self)
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def scores(self) -> dict[str, Any] | None:
+        """Only a completed evaluation has a score; a failed or interrupted one has none."""
+        if self.state is not State.SUCCESS or not self.records:
+            return None
+        return self.rule.aggregate(self.records)
+
+    def running_score(self) -> float | None:
+        if not self.records:
+            return None
+        # Asked after every episode (progress line, events), between a step and the next reply:
+        # the primary alone, once per item (records are only added, so their count dates it).
+        if self._running_score[0] != len(self.records):
+            self._running_score = (len(self.records), self.rule.primary(self.records))
+        return self._running_score[1]
+
+    def submit_payload(self) -> dict[str, Any]:
+        return evaluation_summary.submit_payload(self)
+
+    def summary(self) -> dict[str, Any]:
+        return evaluation_summary.summary(self)

@@ -1,0 +1,138 @@
+"""Assembles one evaluator from a competition spec: the format's plan and rule, results, service."""
+
+from __future__ import annotations
+
+import gc
+import os
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import redacted
+from arbiter.server.cli.progress import Progress
+from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.evaluation import Evaluation
+from arbiter.server.core.scoring import scoring_rule
+from arbiter.server.formats import get_format
+from arbiter.server.formats.flatland.recording import RecordingPlan
+from arbiter.server.service.events import EventLog, chain
+from arbiter.server.service.loop import EvaluatorService
+from arbiter.server.service.results import ResultsStore
+from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, RedisTransport
+
+
+def build_service(
+    spec: CompetitionSpec,
+    *,
+    tests: str | None,
+    results_dir: str,
+    redis_url: str,
+    service_id: str,
+    on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
+    resume: bool = False,
+    redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
+) -> EvaluatorService:
+    """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
+    last finished episode, and the Redis lists are kept: a client may be waiting on them.
+
+    Around the evaluation: the recorder (``spec.record_episodes``) wraps the plan, and the
+    event log hears of every finished episode and of the end; both see an episode after it is
+    in ``episodes.jsonl``, the replay before the event that announces it."""
+    keys.validate_service_id(service_id)
+    found = get_format(spec.format)
+    rule = scoring_rule(spec.format, spec.scoring, spec.options)
+    plan = found.make_plan(spec, rule, tests=tests)
+    store = ResultsStore(results_dir, plan.csv_columns, plan.csv_row)
+    previous = store.previous_summary() if resume else None
+    if previous is not None and previous.get("state") in ("SUCCESS", "FAILED"):
+        raise ConfigError(
+            f"the evaluation in {results_dir} already ended ({previous['state']}: {previous.get('termination_cause')});"
+            " nothing to resume"
+        )
+    records = store.load_for_resume() if resume else []
+    # An evaluation that started before (its events say so) continues, even with no item finished:
+    # its agent may be inside the first one.
+    continues = resume and (bool(records) or os.path.exists(store.events_path))
+    if not resume:
+        store.start_fresh()
+    # Without recording the plan is used as it is: not even a wrapper on the step path.
+    recorder = RecordingPlan(plan, store=store, record_episodes=spec.record_episodes) if spec.record_episodes else None
+    events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
+    try:
+        evaluation = Evaluation(
+            recorder or plan,
+            rule,
+            spec.budgets,
+            store,
+            competition=spec.name,
+            service_id=service_id,
+            format_name=spec.format,
+            options=spec.options_dict(),
+            debug=spec.debug,
+            on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
+            on_finish=events.finished,
+            on_replay=events.replayed,
+        )
+        if continues:
+            evaluation.restore(records)
+        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
+        if not resume:
+            transport.clear()  # the events stream too: a watcher sees this evaluation only
+    except BaseException:
+        events.close()
+        raise
+    events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+    return EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
+
+
+def start_service(
+    spec: CompetitionSpec,
+    *,
+    tests: str | None,
+    results_dir: str,
+    redis_url: str,
+    service_id: str,
+    progress: Progress,
+    resume: bool = False,
+    redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
+    on_stop_signal: Callable[[int], None] | None = None,
+    redis_label: str | None = None,
+) -> EvaluatorService:
+    """A service ready to run in the main thread: signals handled (each one also given to
+    ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
+    if given, else by its URL with any password hidden)."""
+    service = build_service(
+        spec,
+        tests=tests,
+        results_dir=results_dir,
+        redis_url=redis_url,
+        service_id=service_id,
+        on_episode=progress.episode,
+        resume=resume,
+        redis_outage_s=redis_outage_s,
+    )
+    service.install_signal_handlers(also=on_stop_signal)
+    # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the
+    # process: moved out of the collector's sight, the full collection after each episode
+    # (formats/flatland) scans only what episodes allocate, well under a millisecond.
+    gc.freeze()
+    progress.started(
+        service_id=service_id,
+        tests=service.evaluation.plan.source,
+        episodes=service.evaluation.total,
+        competition=spec.name,
+        debug=spec.debug,
+        redis=redis_label or redacted(redis_url),
+    )
+    return service
+
+
+def run_to_end(service: EvaluatorService, progress: Progress, results_dir: str) -> dict[str, Any]:
+    """Serve until the evaluation ends, then show the results table; returns the summary."""
+    try:
+        summary = service.run()
+    finally:
+        service.transport.close()
+    progress.finished(summary, service.evaluation, results_dir)
+    return summary

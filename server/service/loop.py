@@ -1,0 +1,301 @@
+"""The service loop: it reads like flatland's request sequence (WIRE.md).
+
+    wait for the next request, at most until the nearest deadline
+    no request by then  → the evaluation expires that deadline (maybe a timeout for the client)
+    a request           → decode → dispatch table → handler → at most one reply
+
+Nothing a client sends can stop the loop: undecodable or unknown requests are counted and,
+where they name a valid reply list of this service, answered with an error.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from arbiter.protocol import codec, keys
+from arbiter.protocol.errors import (
+    ArbiterError,
+    DecodeError,
+    EvaluationError,
+    EvaluatorRestarted,
+    OutOfOrder,
+    ProtocolError,
+    UnknownMessageType,
+)
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
+from arbiter.server.core.evaluation import Evaluation
+from arbiter.server.core.gate import HANDSHAKES, LEGACY, ClientGate, Verdict, other_client_reply
+from arbiter.server.service.frame_sharing import FrameSharing
+from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
+
+log = logging.getLogger(__name__)
+
+
+# A flood: more unprocessed requests than any agent can have in flight. Checked every
+# FLOOD_CHECK_EVERY requests or FLOOD_CHECK_S seconds, whichever comes first (one LLEN).
+FLOOD_QUEUE_LIMIT = 50_000
+FLOOD_CHECK_EVERY = 1000
+FLOOD_CHECK_S = 1.0
+# What ends an evaluation from outside: an orchestrator (SIGTERM), Ctrl-C, a closed terminal.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PICKLE_REFUSED = (
+    "this evaluator refuses pickled requests (it runs with --refuse-pickle, or accept_pickle = false in its "
+    "competition file): create the client with FlatlandRemoteClient(use_pickle=False)"
+)
+
+
+class EvaluatorService:
+    def __init__(
+        self,
+        evaluation: Evaluation,
+        transport: RedisTransport,
+        flood_queue_limit: int = FLOOD_QUEUE_LIMIT,
+        accept_pickle: bool = True,
+    ):
+        self.evaluation = evaluation
+        self.transport = transport
+        self.flood_queue_limit = flood_queue_limit
+        self._handled_since_check = 0
+        self._last_flood_check = time.monotonic()
+        # A resumed evaluation whose env is the server's lets the agent that lived through the
+        # restart back in with whatever it sends again (see Evaluation.client_bound).
+        self.gate = ClientGate(evaluation.takeover_after_s, rejoin=evaluation.restarted)
+        # What is queued before this evaluator serves was sent to an earlier one (a --resume):
+        # a live client sends it again, and a dead one's must not bind the evaluation.
+        self._leftovers = transport.queued()
+        # flatland's client with use_pickle=True pickles its requests and unpickles what it
+        # gets back: errors-list entries go in the wire format of the client applied last.
+        self.accept_pickle = accept_pickle
+        self.client_wire = codec.MSGPACK
+        self._downtime_seen_s = 0.0
+        self._refused_replies_seen = 0  # transport.refused_replies already counted
+        self.service_id = transport.service_id
+        self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
+        self._agent_gone = threading.Event()
+        self._agent_status: int | None = None
+        self.clock = time.monotonic
+        self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
+        self.dispatch: dict[str, Callable[[dict[str, Any], float], dict[str, Any] | None]] = {
+            FLATLAND_RL.PING: evaluation.on_ping,
+            FLATLAND_RL.ENV_CREATE: evaluation.on_create,
+            FLATLAND_RL.ENV_STEP: evaluation.on_step,
+            FLATLAND_RL.ENV_SUBMIT: evaluation.on_submit,
+        }
+
+    def request_stop(self, reason: str) -> None:
+        """End the evaluation as INTERRUPTED with ``reason`` (the first one given) as soon as
+        the loop sees it; safe in a signal handler (it only sets attributes)."""
+        if not self._stop_reason:
+            self._stop_reason = reason
+        self.transport.request_stop()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self.transport.stop_requested
+
+    def agent_exited(self, status: int) -> None:
+        """The local agent process ended (``arbiter run``): finish once its requests are handled."""
+        self._agent_status = status
+        self._agent_gone.set()
+
+    def install_signal_handlers(self, also: Callable[[int], None] | None = None) -> None:
+        """SIGTERM, SIGINT and SIGHUP end the evaluation as INTERRUPTED at once, with everything
+        finished kept: a wait for Redis the signal cuts into (a blocking pop, a hung Redis, an
+        outage being ridden out) is abandoned. ``also(signum)`` hears of every such signal
+        (``arbiter run`` passes it on to the agent); like the handler it must take no lock."""
+
+        def handler(signum: int, frame: Any) -> None:
+            self.request_stop(f"stopped by {signal.Signals(signum).name}")
+            if also is not None:
+                also(signum)
+            self.transport.interrupt_wait()  # raises StopRequested inside a wait for Redis
+
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, handler)
+
+    def run(self) -> dict[str, Any]:
+        evaluation = self.evaluation
+        while not evaluation.finished:
+            try:
+                if not self._serve_once():
+                    break
+            except StopRequested:
+                self._account_downtime()
+                evaluation.interrupt(self._stop_reason)
+                break
+            except RedisUnavailable as exc:
+                self._account_downtime()
+                evaluation.interrupt(str(exc))
+                break
+            except Exception as exc:
+                if evaluation.store.unwritable is not None:  # not a bug: the results folder is full or read-only
+                    evaluation.interrupt(str(evaluation.store.unwritable))
+                    break
+                # A bug of ours: end with a summary that says so, never a traceback.
+                log.exception("internal error in the service loop")
+                evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
+                break
+            if evaluation.store.unwritable is not None:
+                # Refused while a request was handled: that request got the cause as its error reply.
+                evaluation.interrupt(str(evaluation.store.unwritable))
+                break
+        self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
+        self.frames.close()
+        return evaluation.summary()
+
+    def _serve_once(self) -> bool:
+        """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
+        evaluation = self.evaluation
+        deadline = evaluation.deadline()
+        raw = self.transport.pop(
+            deadline.at,
+            should_stop=self._agent_gone.is_set,
+            idle_pending=evaluation.preparation_pending,
+            idle_work=evaluation.prepare_ahead,
+        )
+        self._account_downtime()
+        if self.transport.refused_replies != self._refused_replies_seen:  # read with this pop's acks
+            self.evaluation.counters["refused_replies"] += self.transport.refused_replies - self._refused_replies_seen
+            self._refused_replies_seen = self.transport.refused_replies
+        if self.transport.stop_requested:
+            evaluation.interrupt(self._stop_reason)
+            return False
+        if raw is None and self._agent_gone.is_set():
+            # Requests the agent sent before exiting still count; then the evaluation ends.
+            raw = self.transport.pop_nowait()
+            if raw is None:
+                evaluation.agent_exited(self._agent_status, time.monotonic())
+                return False
+        now = time.monotonic()
+        if raw is None:
+            deadline = evaluation.deadline()  # an outage may have moved it
+            if now >= deadline.at:
+                for error in evaluation.expire(deadline, now):
+                    self.transport.push_error(codec.encode(error, wire=self.client_wire))
+            return True
+        self.handle(raw, now)
+        self._check_flood(now)
+        return True
+
+    def _check_flood(self, now: float) -> None:
+        self._handled_since_check += 1
+        if self._handled_since_check < FLOOD_CHECK_EVERY and now - self._last_flood_check < FLOOD_CHECK_S:
+            return
+        self._handled_since_check = 0
+        self._last_flood_check = now
+        queued = self.transport.queued()
+        if queued > self.flood_queue_limit:
+            self.evaluation.counters["flood_queue_length"] = queued
+            self.evaluation.fail_for_misbehaviour(
+                f"flood: {queued} requests queued (limit {self.flood_queue_limit}); the agent sends far more than "
+                "an evaluation can use",
+                now,
+            )
+
+    def _account_downtime(self) -> None:
+        """Redis downtime is not the participant's: every running budget is moved by it."""
+        new_downtime_s = self.transport.downtime_s - self._downtime_seen_s
+        if new_downtime_s > 0:
+            self._downtime_seen_s = self.transport.downtime_s
+            self.evaluation.add_downtime(new_downtime_s)
+
+    def _refuse_pickle(self, reply_to: str | None) -> None:
+        """A pickling client while pickle is off: told why in the format it reads, so it fails
+        at once instead of waiting for a reply it could not read."""
+        self.evaluation.counters["refused_pickles"] += 1
+        log.warning("refused a pickled request: %s", PICKLE_REFUSED)
+        if reply_to is not None:
+            response = error_reply(ProtocolError.code, PICKLE_REFUSED)
+            self.transport.reply(reply_to, codec.encode(response, wire=codec.PICKLE))
+
+    def handle(self, raw: bytes, now: float) -> None:
+        counters = self.evaluation.counters
+        if self._leftovers:
+            self._leftovers -= 1
+            counters["leftover_requests"] += 1
+            return
+        try:
+            message, wire = codec.decode_request(raw, codec.COMMAND_LIMITS)
+            if not isinstance(message, dict):
+                raise DecodeError(f"a request must be a map, got {type(message).__name__}")
+        except DecodeError as exc:
+            counters["bad_messages"] += 1
+            log.warning("rejected a message of %d bytes: %s", len(raw), exc)
+            return
+        channel = message.get("response_channel")
+        reply_to = channel if keys.is_valid_response_channel(channel, self.service_id) else None
+        if channel is not None and reply_to is None:
+            counters["bad_reply_channels"] += 1
+        if wire == codec.PICKLE:
+            if not self.accept_pickle:
+                self._refuse_pickle(reply_to)
+                return
+            counters["pickled_requests"] += 1
+        payload = message.get("payload")
+        if not isinstance(payload, dict):
+            payload = {}
+        type_ = message.get("type")
+        admission = None
+        try:
+            handler = self.dispatch.get(type_) if isinstance(type_, str) else None
+            if handler is None:
+                counters["unknown_types"] += 1
+                raise UnknownMessageType(f"unknown request type {str(type_)[:80]!r}")
+            admission = self.gate.admit(extension(payload), now, handshake=type_ in HANDSHAKES)
+            if admission.verdict is Verdict.UNBOUND:
+                counters["unbound_requests"] += 1
+                raise OutOfOrder("no client has started this evaluation: PING (or ENV_CREATE) first")
+            if admission.verdict is Verdict.FOREIGN:
+                counters["foreign_requests"] += 1
+                counters["errors_other_client"] += 1
+                log.warning("request %s refused: another client is bound to this evaluation", str(type_)[:80])
+                response = other_client_reply(admission)
+            elif admission.verdict is Verdict.STALE:
+                counters["stale_requests"] += 1
+                return
+            elif admission.verdict is Verdict.RESEND:
+                counters["resent_requests"] += 1
+                response = admission.cached_reply
+            else:
+                self.evaluation.check_overall(now)
+                if admission.took_over_after_s is not None:
+                    self.evaluation.take_over(admission.took_over_after_s, now)
+                    if self.evaluation.finished:  # the episode it timed out was the last one allowed
+                        raise EvaluationError(self.evaluation.termination_cause)
+                if admission.bound:
+                    self.evaluation.client_bound(
+                        self.gate.owner,
+                        now,
+                        handshake_type=type_ if type_ in HANDSHAKES else None,
+                        took_over=admission.took_over_after_s is not None,
+                        legacy=self.gate.owner == LEGACY,
+                    )
+                # A gap in the sequence is the client's doing (arbiter's client sends a request
+                # again until it is answered): counted, and the request applied as it is. Not
+                # even a Redis outage makes the evaluator play an episode again on the client's
+                # word: that would be a second try on the same seed.
+                if admission.lost:
+                    counters["lost_requests"] += admission.lost
+                response = self.frames.applied(type_, payload, handler(payload, now))
+        except ArbiterError as exc:
+            counters[f"errors_{exc.code.lower()}"] += 1
+            log.warning("request %s refused: %s", str(type_)[:80], exc)
+            response = error_reply(exc.code, str(exc))
+            if isinstance(exc, EvaluatorRestarted):
+                response["payload"][EXTENSION_KEY] = {"resume_item": exc.resume_item}
+        except RedisUnavailable:
+            raise
+        except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback
+            log.exception("internal error while handling %s", str(type_)[:80])
+            self.evaluation.fail_internal(f"{type(exc).__name__}: {exc} (while handling {str(type_)[:80]})", now)
+            response = error_reply("EVALUATION", "the evaluator failed; see its summary for the cause")
+        if admission is not None and admission.verdict is Verdict.APPLY:
+            self.gate.remember(admission, response)
+            self.client_wire = wire
+        if response is not None and reply_to is not None:
+            self.transport.reply(reply_to, codec.encode(response, wire=wire))

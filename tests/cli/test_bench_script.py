@@ -1,0 +1,174 @@
+"""The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths),
+scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv)
+and scripts/bench_wire_floor.py (bare round trips); matching trajectories, sound ratios, the tables
+printed."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import paths
+import pytest
+
+REPO = paths.REPO
+BENCH = REPO / "scripts" / "bench.py"
+BENCH_REMOTE_ENV = REPO / "scripts" / "bench_remote_env.py"
+BENCH_WIRE_FLOOR = REPO / "scripts" / "bench_wire_floor.py"
+
+
+@pytest.mark.timeout(300)
+def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(out), "--cache-dir", str(tmp_path / "cache")],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+
+    assert set(report["paths"]) == {"direct", "lean", "arbiter", "flatland"}
+    for name, path in report["paths"].items():
+        walls = [run["wall_s"] for run in path["runs"]]
+        assert walls and all(w > 0 for w in walls), name
+        assert path["wall_s"]["median"] == pytest.approx(statistics.median(walls)), name
+        assert path["wall_s"]["min"] <= path["wall_s"]["median"] <= path["wall_s"]["max"], name
+    for name in ("arbiter", "flatland"):
+        assert report["paths"][name]["server_step_mean_s"] > 0, name
+
+    assert report["trajectories_match"] is True
+    assert report["trajectories"]["mismatches"] == []
+    assert len(report["reference"]) == 2 and all(e["steps"] > 0 for e in report["reference"])
+
+    medians = {name: report["paths"][name]["wall_s"]["median"] for name in report["paths"]}
+    ratios = report["ratios"]
+    assert math.isclose(ratios["arbiter_over_direct"], medians["arbiter"] / medians["direct"], rel_tol=1e-9)
+    assert math.isclose(ratios["arbiter_over_lean"], medians["arbiter"] / medians["lean"], rel_tol=1e-9)
+    assert math.isclose(ratios["arbiter_over_flatland"], medians["arbiter"] / medians["flatland"], rel_tol=1e-9)
+    assert len(ratios["per_round"]) == report["config"]["rounds"] == 1
+    assert report["config"]["warmup_rounds"] == 0
+    paired = ratios["median_of_round_ratios"]  # one round: its own ratios
+    assert paired["arbiter_over_direct"] == pytest.approx(ratios["per_round"][0]["arbiter_over_direct"])
+    assert paired["arbiter_over_lean"] == pytest.approx(ratios["per_round"][0]["arbiter_over_lean"])
+    assert paired["arbiter_over_flatland"] == pytest.approx(ratios["per_round"][0]["arbiter_over_flatland"])
+
+    contention = report["contention"]  # two lean loops at once, each against the round's lean loop
+    assert len(contention["pair_walls_s"]) == 1 and len(contention["pair_walls_s"][0]) == 2
+    assert contention["factor_median"] == pytest.approx(
+        statistics.fmean(contention["pair_walls_s"][0]) / report["paths"]["lean"]["runs"][0]["wall_s"]
+    )
+    assert report["protocol"]["steps_per_s"] > 0
+    assert report["protocol"]["server_steps_read"] == report["protocol"]["n"]
+    assert report["env_create"]["arbiter_s"] > 0 and report["env_create"]["flatland_s"] > 0
+    assert report["memory"]["episodes_played"] == report["memory"]["episodes"] == 50
+    assert report["scale"]["count"] == 2 and report["scale"]["consistent"] is True
+    assert "arbiter/direct" in completed.stdout  # the table was printed
+
+
+@pytest.mark.timeout(180)
+def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "bench-remote-env.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_REMOTE_ENV), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+
+    assert report["config"]["steps"] == 1000 and report["config"]["rounds"] == 1
+    assert report["config"]["transport"] == "Redis over its unix socket, as arbiter run"
+    assert report["checks"] == {"match": True, "runs_checked": 3, "mismatches": []}
+    reference = report["reference"]  # the in-process run's episodes: the others played exactly these
+    assert sum(e["steps"] for e in reference) == 1000 and len(reference) >= 2
+    assert len({e["seed"] for e in reference}) == len(reference)  # the evaluator's seed for every reset
+    remote = report["raw_runs"]["remote"][0]
+    assert remote["state"] == "SUCCESS" and remote["episodes"] == remote["server_episodes"] == reference
+    assert remote["stage_over_at"] == [1000] and remote["stop_iteration_after_run"] is True
+
+    assert set(report["paths"]) == {"inprocess", "async1", "remote"}
+    rates = {}
+    for name, path in report["paths"].items():
+        (run,) = report["raw_runs"][name]
+        rates[name] = run["steps"] / run["wall_s"]
+        assert path["steps_per_s"]["median"] == pytest.approx(rates[name]), name
+        assert 0 < path["step_p50_s"] <= path["step_p99_s"] <= path["step_max_s"], name
+        assert path["reset_p50_s"] > 0 and path["setup_s"] > 0, name
+    assert report["paths"]["remote"]["server_step_mean_s"] > 0
+
+    ratio = report["ratios"]["remote_over_async1"]
+    assert ratio["per_round"] == [pytest.approx(rates["remote"] / rates["async1"])]
+    assert ratio["min"] == ratio["median"] == ratio["max"] == pytest.approx(ratio["per_round"][0])
+    assert report["target"]["met"] is (ratio["median"] >= report["target"]["remote_over_async1"])
+    assert "steps/s remote/async1: median" in completed.stdout  # the table was printed
+    assert "target RemoteEnv" in completed.stdout
+
+
+def test_profile_ranking_counts_self_and_inclusive_shares(tmp_path: Path) -> None:
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_profile
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    collapsed = tmp_path / "stacks.txt"
+    collapsed.write_text(
+        'process 1:"python";<module> (/x/a.py:3);step (/x/remote_env.py:120);request (/x/wire.py:101) 6\n'
+        'process 1:"python";<module> (/x/a.py:3);step (/x/remote_env.py:121);decode (/x/codec.py:9) 3\n'
+        'process 1:"python";<module> (/x/a.py:4) 1\n'
+        "not a sample line\n",
+        encoding="utf-8",
+    )
+    ranking = bench_profile.rank(collapsed)
+    assert ranking["samples"] == 10
+    assert ranking["self"] == [["request (wire.py)", 0.6], ["decode (codec.py)", 0.3], ["<module> (a.py)", 0.1]]
+    inclusive = dict(ranking["inclusive"])
+    assert inclusive["<module> (a.py)"] == 1.0
+    assert inclusive["step (remote_env.py)"] == pytest.approx(0.9)  # two lines of one function: one row
+
+
+@pytest.mark.timeout(120)
+def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_WIRE_FLOOR), "--trips", "300", "--rounds", "1"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {line.split()[0]: line.split() for line in completed.stdout.splitlines() if line.strip()}
+    for path in ("pipe", "raw-unix", "raw-unix-poll", "raw-tcp", "arbiter-unix", "arbiter-tcp"):
+        rate, per_trip_us = float(rows[path][1]), float(rows[path][-1])
+        # printed to 0.1 µs and the rate to 1/s: they agree to within those roundings
+        assert rate > 0 and per_trip_us == pytest.approx(1e6 / rate, abs=0.05 + 1e6 / rate**2), rows[path]
+    assert "300 per path and round, 1 round(s), 40-byte requests and 40-byte replies" in completed.stdout
+
+
+@pytest.mark.timeout(120)
+def test_wire_floor_benchmark_measures_frame_sized_replies(tmp_path: Path) -> None:
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_WIRE_FLOOR), "--trips", "40", "--rounds", "1", "--reply-bytes", "737366"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    assert "40-byte requests and 737366-byte replies" in completed.stdout
+    rows = {line.split()[0]: line.split() for line in completed.stdout.splitlines() if line.strip()}
+    assert all(float(rows[path][1]) > 0 for path in ("pipe", "raw-unix", "arbiter-unix", "arbiter-tcp"))
+    refused = subprocess.run([sys.executable, str(BENCH_WIRE_FLOOR), "--reply-bytes", "0"], capture_output=True,
+                             text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2 and "--reply-bytes must be at least 1" in refused.stderr

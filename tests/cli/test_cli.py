@@ -1,0 +1,251 @@
+"""The command line end to end: real processes, a real redis-server, the example agents."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import paths
+import pytest
+
+from arbiter.server.cli.embedded_redis import port_is_free
+
+REPO = str(paths.REPO)
+ARBITER = [sys.executable, "-m", "arbiter.server.cli"]
+
+
+def arbiter(*args: str, timeout_s: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [*ARBITER, *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        cwd=REPO,
+        env={**os.environ, **(env or {})},
+    )
+
+
+def summary_of(results) -> dict:
+    return json.loads((results / "summary.json").read_text())
+
+
+def test_generate_writes_a_flatland_test_folder(tmp_path):
+    out = tmp_path / "tests"
+    done = arbiter("generate", "--out", str(out), "--preset", "tiny", "--seed", "3")
+    assert done.returncode == 0, done.stderr
+    assert sorted(p.name for p in (out / "Test_0").iterdir()) == ["Level_0.pkl", "Level_1.pkl", "Level_2.pkl"]
+    assert (out / "metadata.csv").read_text().startswith("test_id,env_id,n_agents")
+    again = arbiter("generate", "--out", str(out), "--preset", "tiny")
+    assert again.returncode == 2 and "arbiter: error:" in again.stderr
+
+
+def test_run_with_the_example_agent(redis_url, service_id, tiny_tests, tmp_path):
+    results = tmp_path / "results"
+    done = arbiter(
+        "run",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "examples/random_agent.py",
+    )
+    assert done.returncode == 0, done.stderr
+    summary = summary_of(results)
+    assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 3
+    # progress lines while it works, then the table with the scores
+    assert "[1/3] Test_0/Level_0.pkl" in done.stderr and "[3/3]" in done.stderr
+    assert "time left" in done.stderr and "score so far" in done.stderr
+    assert f"primary   (mean normalized return): {summary['score']['primary']:.6f}" in done.stderr
+    assert done.stdout.startswith("submitted: score ")  # the agent's own output is passed through
+    rescored = subprocess.run(
+        [sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True, cwd=REPO, timeout=60
+    )
+    assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout
+
+
+def test_run_with_the_legacy_starter_kit_agent_on_the_embedded_redis(tmp_path, tiny_tests):
+    """Unmodified FlatlandRemoteClient defaults: Redis on 127.0.0.1:6379, service id from the env."""
+    if not port_is_free("127.0.0.1", 6379):
+        pytest.skip("port 6379 is taken by another Redis on this machine; the embedded one needs it here")
+    results = tmp_path / "results"
+    done = arbiter(
+        "run",
+        "--tests",
+        tiny_tests,
+        "--results",
+        str(results),
+        "--debug",
+        "--",
+        sys.executable,
+        "examples/legacy_starter_kit_agent.py",
+    )
+    assert done.returncode == 0, done.stderr
+    summary = summary_of(results)
+    assert summary["state"] == "SUCCESS" and summary["debug"] is True
+    assert "[DEBUG]" in done.stderr
+    assert port_is_free("127.0.0.1", 6379)  # the embedded redis-server was stopped
+
+
+def test_run_without_tests_uses_the_generated_debug_set(redis_url, service_id, tmp_path):
+    results = tmp_path / "results"
+    done = arbiter(
+        "run",
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "examples/random_agent.py",
+        env={"ARBITER_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert done.returncode == 0, done.stderr
+    summary = summary_of(results)
+    assert summary["episodes"]["total"] == 8 and summary["state"] == "SUCCESS"
+    assert any(p.name.startswith("tests-debug-seed42") for p in (tmp_path / "cache").iterdir())
+
+
+def test_run_reports_a_crashing_agent(redis_url, service_id, tiny_tests, tmp_path):
+    results = tmp_path / "results"
+    done = arbiter(
+        "run",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--",
+        sys.executable,
+        "-c",
+        "import sys; sys.exit(3)",
+    )
+    assert done.returncode == 1
+    assert "the agent exited with status 3" in done.stderr
+    summary = summary_of(results)
+    assert summary["state"] == "FAILED" and "exited with status 3" in summary["termination_cause"]
+
+
+def test_run_needs_an_agent_command(tiny_tests):
+    done = arbiter("run", "--tests", tiny_tests)
+    assert done.returncode == 2 and "no agent command" in done.stderr
+
+
+def test_serve_with_no_client_ends_after_the_idle_budget(redis_url, service_id, tiny_tests, tmp_path):
+    results = tmp_path / "results"
+    done = arbiter(
+        "serve",
+        "--tests",
+        tiny_tests,
+        "--redis-url",
+        redis_url,
+        "--service-id",
+        service_id,
+        "--results",
+        str(results),
+        "--idle-timeout",
+        "0.3",
+    )
+    assert done.returncode == 1
+    summary = summary_of(results)
+    assert summary["state"] == "FAILED" and "no client connected" in summary["termination_cause"]
+    assert "no score" in done.stderr
+
+
+def test_serve_reads_flatland_environment_variables(redis_url, service_id, tiny_tests, tmp_path):
+    results = tmp_path / "results"
+    done = arbiter(
+        "serve",
+        "--redis-url",
+        redis_url,
+        "--results",
+        str(results),
+        "--idle-timeout",
+        "0.2",
+        env={
+            "AICROWD_TESTS_FOLDER": tiny_tests,
+            "AICROWD_SUBMISSION_ID": service_id,
+            "FLATLAND_PER_STEP_TIMEOUT": "2.5",
+            "FLATLAND_INITIAL_PLANNING_TIMEOUT": "7",
+        },
+    )
+    summary = summary_of(results)
+    assert done.returncode == 1
+    assert summary["service_id"] == service_id
+    assert summary["budgets"]["step_s"] == 2.5 and summary["budgets"]["planning_s"] == 7
+
+
+def test_bad_settings_are_clear_errors(tiny_tests, tmp_path):
+    assert "must be positive" in arbiter("serve", "--tests", tiny_tests, "--step-timeout", "0").stderr
+    missing = arbiter("serve", "--tests", str(tmp_path / "nope"), "--redis-url", "redis://127.0.0.1:1/0")
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+    unknown = arbiter("serve", "--tests", tiny_tests, "--competition", "no-such-thing")
+    assert unknown.returncode == 2 and "unknown competition" in unknown.stderr
+    bad_id = arbiter("serve", "--tests", tiny_tests, "--service-id", "a::b")
+    assert bad_id.returncode == 2 and "invalid service id" in bad_id.stderr
+
+
+def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, service_id, tiny_tests, tmp_path):
+    import signal
+    import time
+
+    results = tmp_path / "results"
+    serve = subprocess.Popen(
+        [
+            *ARBITER,
+            "serve",
+            "--tests",
+            tiny_tests,
+            "--redis-url",
+            redis_url,
+            "--service-id",
+            service_id,
+            "--results",
+            str(results),
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert "waiting for the agent" in serve.stderr.readline() + serve.stderr.readline()
+        sent = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        assert serve.wait(timeout=10) == 130
+        assert time.monotonic() - sent < 10
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    summary = summary_of(results)
+    assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
+    assert summary["score"]["primary"] is None
+
+
+def test_generate_writes_a_synthetic_metalc_meta_dataset(tmp_path):
+    from arbiter.server.formats.metalc.data import load_meta_dataset
+    from arbiter.server.formats.metalc.generate import GeneratorSettings, synthetic_files
+
+    out = tmp_path / "meta"
+    done = arbiter("generate", "--format", "metalc", "--out", str(out), "--datasets", "8", "--algorithms", "3",
+                   "--seed", "5")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    meta = load_meta_dataset(str(out))
+    assert len(meta.datasets) == 8 and len(meta.algorithms) == 3
+    expected = synthetic_files(GeneratorSettings(datasets=8, algorithms=3, seed=5))
+    written = {str(p.relative_to(out)): p.read_text() for p in out.rglob("*") if p.is_file()}
+    assert written == expected
+    too_few = arbiter("generate", "--format", "metalc", "--out", str(tmp_path / "small"), "--datasets", "4")
+    assert too_few.returncode == 2 and "at least 6 datasets" in too_few.stderr

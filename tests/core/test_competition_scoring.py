@@ -1,0 +1,106 @@
+"""Competition specs (validated at load) and scoring rules (aggregation, spread)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.budgets import BudgetPolicy
+from arbiter.server.core.competition import load_competition, preset_names, spec_from_dict
+from arbiter.server.core.scoring import scoring_rule
+from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
+
+
+def test_presets_load_with_the_official_budgets():
+    assert {"flatland-neurips2020", "flatland-debug", "flatland3"} <= set(preset_names())
+    official = load_competition("flatland-neurips2020")
+    assert official.budgets == BudgetPolicy(planning_s=300, step_s=5, overall_s=8 * 3600, idle_s=300)
+    debug = load_competition("flatland-debug")
+    assert debug.debug is True and debug.max_episodes == 28 and debug.budgets.overall_s == 48 * 60
+    assert load_competition("flatland3").scoring == "flatland3"
+
+
+def test_debug_mode_caps_episodes_and_overall_time():
+    spec = load_competition().with_budgets(overall_s=60.0).with_debug()
+    assert spec.debug and spec.max_episodes == 28 and spec.budgets.overall_s == 60.0
+    assert load_competition().with_debug().budgets.overall_s == 48 * 60
+
+
+def test_a_competition_file_is_validated(tmp_path):
+    good = tmp_path / "mine.toml"
+    good.write_text('scoring = "flatland3"\nseed = 7\n[budgets]\nstep_s = 2.5\n')
+    spec = load_competition(str(good))
+    assert (spec.name, spec.scoring, spec.seed, spec.budgets.step_s) == ("mine", "flatland3", 7, 2.5)
+    for text, message in [
+        ('scorring = "neurips2020"\n', "unknown keys"),
+        ("[budgets]\nstep = 5\n", "unknown budget keys"),
+        ("[budgets]\nstep_s = -1\n", "positive"),
+        ("[budgets]\nmax_successive_timeouts = 0\n", ">= 1"),
+        ('scoring = "best"\n', "unknown scoring rule"),
+        ('adapter = "atari"\n', "unknown format"),
+        ('format = "atari"\n', "unknown format"),
+        ("max_episodes = 0\n", "max_episodes"),
+        ("seed = = 3\n", "mine.toml"),
+    ]:
+        good.write_text(text)
+        with pytest.raises(ConfigError, match=message):
+            load_competition(str(good))
+    with pytest.raises(ConfigError, match="unknown competition"):
+        load_competition("no-such-preset")
+    with pytest.raises(ConfigError, match="must be a table"):
+        spec_from_dict("x", {"budgets": 3})
+
+
+def record(test: str, normalized: float, arrived: float) -> dict:
+    return {"test": test, "normalized_return": normalized, "arrived_fraction": arrived, "reward": 0.0}
+
+
+def test_neurips2020_episode_figures():
+    rule = NeurIPS2020()
+    assert rule.normalized_return(reward=-50.0, max_episode_steps=100, num_agents=2, finished=True) == -0.25
+    assert rule.normalized_return(reward=0.0, max_episode_steps=100, num_agents=2, finished=True) == 0.0
+    assert rule.normalized_return(reward=-3.0, max_episode_steps=100, num_agents=2, finished=False) == -1.0
+    assert rule.arrived_fraction(arrived=1, num_agents=4, finished=False) == 0.25
+
+
+def test_neurips2020_aggregates_means_per_test_and_spread():
+    episodes = [record("Test_0", -0.5, 0.5), record("Test_0", -0.25, 1.0), record("Test_1", -1.0, 0.0)]
+    scores = NeurIPS2020().aggregate(episodes)
+    assert scores["primary"] == pytest.approx(-1.75 / 3)
+    assert scores["secondary"] == pytest.approx(0.5)
+    assert scores["per_test"]["primary"] == {"Test_0": -0.375, "Test_1": -1.0}
+    assert scores["spread"]["primary"]["std"] == pytest.approx(
+        math.sqrt(sum((x + 1.75 / 3) ** 2 for x in (-0.5, -0.25, -1.0)) / 3)
+    )
+    assert scores["spread"]["primary"]["ci95"] is None  # too few episodes for an interval
+
+
+def test_bootstrap_interval_brackets_the_mean_and_is_reproducible():
+    episodes = [record("Test_0", -i / 20, 0.5) for i in range(20)]
+    first = NeurIPS2020().aggregate(episodes)["spread"]["primary"]["ci95"]
+    low, high = first
+    assert low < -0.475 < high
+    assert NeurIPS2020().aggregate(episodes)["spread"]["primary"]["ci95"] == first
+
+
+def test_flatland3_rule():
+    rule = Flatland3()
+    assert rule.normalized_return(reward=-50.0, max_episode_steps=100, num_agents=2, finished=True) == 0.75
+    assert rule.normalized_return(reward=-50.0, max_episode_steps=100, num_agents=2, finished=False) == 0.0
+    assert rule.arrived_fraction(arrived=2, num_agents=2, finished=False) == 0.0
+    scores = rule.aggregate([record("Test_0", 0.75, 1.0), record("Test_0", 0.5, 0.5)])
+    assert scores["primary"] == 1.25 and scores["secondary"] == 0.75
+
+
+def test_unknown_rule_is_a_config_error():
+    with pytest.raises(ConfigError, match="known: neurips2020, flatland3"):
+        scoring_rule("flatland", "fastest")
+
+
+@pytest.mark.parametrize("rule", [NeurIPS2020(), Flatland3()], ids=lambda r: r.name)
+def test_the_running_primary_equals_the_aggregate_primary(rule):
+    episodes = [record(f"Test_{i % 3}", -i / 37, (i % 5) / 4) for i in range(40)]
+    for count in (1, 2, 17, 40):
+        assert rule.primary(episodes[:count]) == rule.aggregate(episodes[:count])["primary"]

@@ -1,0 +1,171 @@
+"""The evaluator's Redis transport: commands in order, few round trips for many commands, and never
+more than TAKE_BYTES taken from Redis at once, whatever the agent pushed."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES, RedisTransport
+
+
+def pop_calls(redis_conn) -> dict[str, int]:
+    """Round trips that wait (BLMOVE) and that take (the bounded take: its script by text or digest)."""
+    stats = redis_conn.info("commandstats")
+    calls = {name: stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("blmove", "eval", "evalsha")}
+    return {"wait": calls["blmove"], "take": calls["eval"] + calls["evalsha"]}
+
+
+def delta(after: dict[str, int], before: dict[str, int]) -> dict[str, int]:
+    return {name: after[name] - before[name] for name in after}
+
+
+def wait_until_blocked(redis_conn) -> None:
+    deadline = time.monotonic() + 5.0
+    while not any(c.get("cmd") == "blmove" for c in redis_conn.client_list()):  # the evaluator is blocked
+        assert time.monotonic() < deadline, "the transport never blocked in BLMOVE"
+        time.sleep(0.005)
+
+
+@pytest.fixture
+def transport(redis_url, service_id):
+    transport = RedisTransport(redis_url, service_id)
+    yield transport
+    transport.close()
+
+
+def test_commands_queued_while_waiting_come_out_in_order_from_one_round_trip(transport, redis_conn, service_id):
+    """The blocking wait and the take of what queued behind it travel together."""
+    commands = [f"command-{n}".encode() for n in range(10)]
+    popped: list[bytes | None] = []
+    waiting = threading.Thread(target=lambda: popped.append(transport.pop(time.monotonic() + 10.0)))
+    before = pop_calls(redis_conn)
+    waiting.start()
+    wait_until_blocked(redis_conn)
+    # LPUSH with several values queues them atomically, first value first out (the clients LPUSH).
+    redis_conn.lpush(keys.commands_key(service_id), *commands)
+    waiting.join(timeout=5.0)
+    assert popped == [commands[0]]
+    rest = [transport.pop(time.monotonic() + 10.0) for _ in commands[1:]]
+    assert rest == commands[1:]
+    assert delta(pop_calls(redis_conn), before) == {"wait": 1, "take": 1}
+
+
+def test_a_backlog_is_taken_a_batch_per_round_trip_in_order(transport, redis_conn, service_id):
+    count = 2 * POP_BATCH + 5
+    commands = [f"step-{n}".encode() for n in range(count)]
+    redis_conn.lpush(keys.commands_key(service_id), *commands)
+    before = pop_calls(redis_conn)
+    assert [transport.pop(time.monotonic() + 10.0) for _ in range(count)] == commands
+    calls = delta(pop_calls(redis_conn), before)
+    # Every round trip carries one take (after a wait when it may wait), each taking a full batch.
+    assert calls["take"] == 3 and calls["wait"] <= calls["take"], calls
+
+
+def test_nothing_queued_returns_none_after_the_deadline_and_takes_nothing_later(transport, redis_conn, service_id):
+    deadline = time.monotonic() + 0.3
+    assert transport.pop(deadline) is None
+    assert time.monotonic() >= deadline
+    redis_conn.lpush(keys.commands_key(service_id), b"after")
+    assert transport.queued() == 1  # left in Redis for the next pop, not swallowed
+    assert transport.pop(time.monotonic() + 5.0) == b"after"
+
+
+def test_a_reply_is_in_redis_as_soon_as_it_is_given_and_its_acknowledgement_rides_the_next_packet(
+    transport, redis_conn, service_id
+):
+    channel = keys.response_key(service_id, "a" * 32)
+    transport.reply(channel, b"answer")
+    # No other call of the transport yet: the reply was written at once, and Redis stored it.
+    assert redis_conn.blpop([channel], timeout=5) == (channel.encode(), b"answer")
+    assert transport.packets.unread == 2  # RPUSH and EXPIRE, read with the next packet's replies
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 5.0) == b"next"
+    assert transport.packets.unread == 0
+
+
+def test_a_reply_whose_write_fails_goes_out_with_the_next_packet(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "b" * 32)
+    first_id = transport.packets.run([("CLIENT", "ID")])[0]
+    redis_conn.client_kill_filter(_id=first_id)  # Redis hangs up: the write or its reading fails
+    transport.reply(channel, b"kept")
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 5.0) == b"next"
+    assert redis_conn.lrange(channel, 0, -1) in ([b"kept"], [b"kept", b"kept"])  # written once, or again
+    assert transport.packets.unread == 0 and not transport._replies
+
+
+def test_push_error_follows_the_replies_given_before_it(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "c" * 32)
+    transport.reply(channel, b"first")
+    transport.push_error(b"then the error")
+    assert transport.packets.unread == 0  # Redis had stored the reply before the error was pushed
+    assert redis_conn.lrange(channel, 0, -1) == [b"first"]
+    assert redis_conn.lrange(keys.errors_key(service_id), 0, -1) == [b"then the error"]
+
+
+# -- what one round trip may take, whatever the agent pushed -----------------------------------
+
+
+def bytes_sent_by_redis(redis_conn) -> int:
+    return redis_conn.info("stats")["total_net_output_bytes"]
+
+
+def test_a_request_over_the_limit_reaches_the_evaluator_cut_to_one_byte_over_it(transport, redis_conn, service_id):
+    huge = bytes(range(256)) * (16 << 10)  # 4 MiB
+    around = [b"before", huge, b"after"]
+    popped: list[bytes | None] = []
+    waiting = threading.Thread(target=lambda: popped.append(transport.pop(time.monotonic() + 10.0)))
+    waiting.start()
+    wait_until_blocked(redis_conn)
+    sent_before = bytes_sent_by_redis(redis_conn)
+    redis_conn.lpush(keys.commands_key(service_id), *around)
+    waiting.join(timeout=5.0)
+    popped += [transport.pop(time.monotonic() + 10.0) for _ in around[1:]]
+    # What Redis sent anyone meanwhile: the take's bytes and a few replies, never the 4 MiB.
+    assert bytes_sent_by_redis(redis_conn) - sent_before < TAKE_BYTES + 4096
+    assert popped == [b"before", huge[: REQUEST_LIMIT + 1], b"after"]
+    assert transport.queued() == 0
+
+
+def test_one_round_trip_takes_at_most_take_bytes(transport, redis_conn, service_id):
+    requests = [bytes([n]) * (30 << 10) for n in range(6)]  # two fit in TAKE_BYTES, three do not
+    redis_conn.lpush(keys.commands_key(service_id), *requests)
+    before = pop_calls(redis_conn)
+    assert [transport.pop(time.monotonic() + 10.0) for _ in requests] == requests
+    assert delta(pop_calls(redis_conn), before)["take"] == 3
+
+
+def test_pop_nowait_takes_one_request_cut_like_the_others(transport, redis_conn, service_id):
+    redis_conn.lpush(keys.commands_key(service_id), b"x" * (1 << 20), b"next")
+    assert transport.pop_nowait() == b"x" * (REQUEST_LIMIT + 1)
+    assert transport.queued() == 1
+    assert transport.pop_nowait() == b"next"
+    assert transport.pop_nowait() is None
+
+
+def test_a_redis_that_lost_the_script_is_given_it_again(transport, redis_conn, service_id):
+    redis_conn.lpush(keys.commands_key(service_id), b"first")
+    assert transport.pop(time.monotonic() + 5.0) == b"first"  # the script is cached from here on
+    redis_conn.script_flush()
+    redis_conn.lpush(keys.commands_key(service_id), b"second")
+    before = redis_conn.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+    assert transport.pop(time.monotonic() + 5.0) == b"second"
+    assert redis_conn.info("commandstats")["cmdstat_eval"]["calls"] == before + 1  # its text went again
+
+
+def test_a_redis_user_that_may_not_switch_replies_off_is_refused_with_the_reason(redis_url, redis_conn, service_id):
+    redis_conn.execute_command("ACL", "SETUSER", "no-client", "on", ">pw", "~*", "+@all", "-client")
+    transport = RedisTransport(redis_url.replace("redis://", "redis://no-client:pw@", 1), service_id)
+    try:
+        redis_conn.lpush(keys.commands_key(service_id), b"x" * (1 << 20), b"next")
+        for _ in range(2):  # the connection whose answers were out of step is not read again
+            with pytest.raises(ConfigError, match="must be allowed CLIENT REPLY"):
+                transport.pop(time.monotonic() + 5.0)
+    finally:
+        transport.close()
+        redis_conn.acl_deluser("no-client")
