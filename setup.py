@@ -46,6 +46,9 @@ setup(
             "pytest-timeout",
             "hypothesis",
             "ruff",
+            "mypy",
+            # the documentation site (docs/, mkdocs.yml): `mkdocs build --strict` runs in the tests
+            "mkdocs-material>=9",
             "pyyaml",  # tests read docker/'s compose and Kubernetes files
             "pillow",  # tests check the report's screenshot
             # The DIAMBRA format's tests run the real env on its engine mock (the "diambra" extra).

@@ -28,7 +28,8 @@ Seeding: each fold's process is seeded as the challenge seeded its own at the st
 (development: Python's ``random`` with 208 before the agent's module is imported; final run r:
 ``random``, numpy and, if installed, torch with r + 1 after it is). The evaluator's handshake says
 which. An agent that draws no random numbers, or draws them within one fold, plays as in the
-challenge; one whose draws run on from one fold into the next does not (the README says why).
+challenge; one whose draws run on from one fold into the next does not (why:
+docs/formats/metalc.md#folds-cannot-remember-each-other).
 
 Actions travel as ``[str(A_star) or None, str(A), float(delta_t)]``: the challenge looked
 algorithms up by ``str``, so this is its reading of any A the agent returns. An action the

@@ -58,9 +58,6 @@ class RemoteClient(Wire):
     # goes out with its own LPUSH, through ``self.redis.lpush``, the one call that queues them
     # (tests/test_fault_clients.py drops one there to see it resent).
     pipelined = False
-    # The name the SDK's own requests go by: scripts/bench.py times env_create's wait for its
-    # reply by wrapping it on the instance.
-    _request = Wire.request
 
     def __init__(
         self,
@@ -143,7 +140,7 @@ class RemoteClient(Wire):
         # every earlier episode's env alive for the whole evaluation.
         self.env = None
         release_flatland_caches()
-        response = self._request(FLATLAND_RL.ENV_CREATE, {})
+        response = self.request(FLATLAND_RL.ENV_CREATE, {})
         self._budget_clock.episode_started(self.server_info.get("budgets"), time.monotonic())
         payload = response["payload"]
         if not payload.get("observation"):
@@ -182,7 +179,7 @@ class RemoteClient(Wire):
         payload: dict[str, Any] = {"action": actions, "inference_time": sent_at - self._last_step_end}
         if self.step_replies:
             payload[EXTENSION_KEY] = {"reply": True}
-            self._request(FLATLAND_RL.ENV_STEP, payload)
+            self.request(FLATLAND_RL.ENV_STEP, payload)
             collect = None
         else:
             collect = self._send_step(payload)
@@ -196,7 +193,7 @@ class RemoteClient(Wire):
 
     def submit(self) -> dict[str, Any]:
         """End the evaluation and return the scores."""
-        response = self._request(FLATLAND_RL.ENV_SUBMIT, {})
+        response = self.request(FLATLAND_RL.ENV_SUBMIT, {})
         return response["payload"]
 
     def close(self) -> None:

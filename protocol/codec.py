@@ -36,7 +36,7 @@ from arbiter.protocol.legacy import safe_pickle
 try:
     from msgpack import _cmsgpack as _msgpack
 except ImportError:  # pure-Python builds of msgpack
-    from msgpack import fallback as _msgpack  # type: ignore[no-redef]
+    from msgpack import fallback as _msgpack
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def _array_bytes(array: np.ndarray) -> Any:
     """The array's bytes for msgpack: a large one as a view of its memory, which msgpack copies
     once into the message (``tobytes`` would copy it twice; a 480×512×3 frame encodes ~15× faster)."""
     if array.nbytes >= _VIEW_FROM_BYTES:
-        return memoryview(np.ascontiguousarray(array)).cast("B")
+        return memoryview(np.ascontiguousarray(array)).cast("B")  # type: ignore[arg-type]  # an ndarray is a buffer
     return np.ascontiguousarray(array).tobytes()
 
 
@@ -177,7 +177,7 @@ def _numpy_from_map(obj: dict) -> Any:
             "accepted)"
         )
     name = obj.get(b"type")
-    dtype = _PLAIN_DTYPES.get(name) if type(name) in (str, bytes) else None
+    dtype = _PLAIN_DTYPES.get(name) if isinstance(name, (str, bytes)) else None
     if dtype is None:
         dtype = _plain_dtype(name)
     data = obj.get(b"data")

@@ -152,8 +152,8 @@ def action_for(space: Any, action: Any) -> Any:
         if kind == "Tuple":
             if not isinstance(action, (list, tuple)) or len(action) != len(space.spaces):
                 return None
-            members = [action_for(s, v) for s, v in zip(space.spaces, action, strict=True)]
-            return None if any(v is None for v in members) else tuple(members)
+            elements = [action_for(s, v) for s, v in zip(space.spaces, action, strict=True)]
+            return None if any(v is None for v in elements) else tuple(elements)
         array = np.asarray(action)
         if array.dtype.kind not in "biuf" or array.shape != space.shape:
             return None

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Benchmark arbiter against a plain in-process loop and against flatland-rl's own evaluator.
 
-    python scripts/bench.py [--rounds 5] [--warmup 1] [--preset bench] [--quick] [--full] [--json PATH]
+    python scripts/bench.py [--rounds R] [--warmup W] [--envs N] [--quick] [--full] [--json PATH]
 
 One deterministic agent (actions a pure function of episode, step and handle) plays the same
-reference test set (a preset generated with a fixed seed) four ways:
+reference test set (bench_flatland.REFERENCE_LEVELS, generated with a fixed seed) four ways:
 
   direct    an in-process loop, no evaluator: load the env file, reset it with the evaluation
             seed, step until done (flatland's ``load_new``: its default rewards, its step
@@ -21,19 +21,21 @@ The paths alternate within each round (direct, lean, arbiter, flatland, direct, 
 shows as spread. Every agent runs in its own subprocess (``--worker MODE``, a mode of this
 script) and measures itself after its imports: evaluation wall time (just before the first
 env load or request to after submit), steps and arrivals per episode, and the time spent inside
-each step call. To show where the time goes, the remote agents also time (by wrapping instance
-attributes, ~1 µs a call; no library code is changed) the local ``env.step`` inside each
-``env_step`` and the wait for each ``env_create`` reply. Both remote paths must see exactly the
-direct loop's trajectories (same steps and arrivals per episode, on the client and on the server
-side), else MISMATCH and exit 1.
+each step call. To show where the time goes, the remote agents also time the local ``env.step``
+inside each ``env_step`` and the wait for each ``env_create`` reply, by wrapping those methods on
+their instances (bench_workers.time_calls). Both remote paths must see exactly the direct loop's
+trajectories (same steps and arrivals per episode, on the client and on the server side), else
+MISMATCH and exit 1. The targets (bench_report.TARGETS: arbiter against the direct loop and
+against flatland-rl's evaluator) are judged on the median of the per-round ratios.
 
 Also measured (each can be skipped): protocol-only throughput (empty ENV_STEP requests through
-arbiter's real transport and codec, no env), the client's env_create cost, the evaluator's
-memory over many short episodes (next to a plain flatland loop over the same episodes, to tell
-arbiter's growth from flatland's), and several concurrent evaluations on one Redis.
+``RemoteClient.env_step`` with an env that does nothing, no env work on either side), the client's
+env_create cost, the evaluator's memory over many short episodes (next to a plain flatland loop
+over the same episodes, to tell arbiter's growth from flatland's), and several concurrent
+evaluations on one Redis.
 
-``--quick`` is a small, fast version for tests: 1 round, the first 2 envs, 50 episodes for the
-memory check, 2 concurrent evaluations. Only 127.0.0.1 is used; every process this script
+``--quick`` is a small, fast version for tests: one round, the first reference levels, a short
+memory check, two concurrent evaluations. Only 127.0.0.1 is used; every process this script
 starts (and its redis-server) is stopped by pid on the way out, errors included.
 
 Exit status: 0 all checks passed; 1 MISMATCH (trajectories, or scores of the concurrent runs);
@@ -43,87 +45,52 @@ Exit status: 0 all checks passed; 1 MISMATCH (trajectories, or scores of the con
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench_common import EVAL_SEED, PATHS, TESTSET_SEED, ordered_env_paths
-from bench_procs import BenchSession, run_with_sigterm_as_interrupt, subset_test_set
+from bench_flatland import AGENT_RULE, EVAL_SEED, PATHS, REFERENCE_LEVELS, TESTSET_SEED, reference_test_set
 from bench_report import paths_report, print_table, scale_report
 from bench_runs import Bench
 from bench_workers import WORKERS
+from harness import BenchSession, add_run_options, alternate_rounds, run_main, write_json
+
+QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 50, "concurrent": 2, "protocol_steps": 5000}
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-    from arbiter.server.formats.flatland.generate import cached_test_set
-
     began = time.monotonic()
     if args.quick:
-        args.rounds = 1
-        args.warmup = 0
-        envs = 2
-        memory_episodes = 50
-        concurrent = 2
-        proto_n = 5000
+        args.rounds, args.warmup = QUICK["rounds"], QUICK["warmup"]
+        envs, memory_episodes = QUICK["envs"], QUICK["memory_episodes"]
+        concurrent, proto_n = QUICK["concurrent"], QUICK["protocol_steps"]
     else:
-        envs = args.envs
-        memory_episodes = 1000 if args.full else 200
-        concurrent = args.concurrent
-        proto_n = args.protocol_steps
+        envs, memory_episodes = args.envs, (1000 if args.full else 200)
+        concurrent, proto_n = args.concurrent, args.protocol_steps
     memory_every = 100 if memory_episodes >= 200 else max(1, memory_episodes // 5)
 
-    full_set = cached_test_set(args.preset, TESTSET_SEED, cache_dir=args.cache_dir)
-    with BenchSession("arbiter-bench-", keep=args.keep) as session:
-        workdir, procs, redis_server = session.workdir, session.procs, session.redis
-        report: dict[str, Any] = {}
-        tests = full_set
-        if envs and envs < len(ordered_env_paths(str(full_set))):
-            tests = subset_test_set(full_set, workdir / f"tests-first{envs}", envs)
-        redis_server.start()
-        bench = Bench(args, workdir, procs, redis_server.url, redis_server.port)
-        runners = {
-            "direct": bench.run_direct,
-            "lean": bench.run_lean,
-            "arbiter": bench.run_arbiter,
-            "flatland": bench.run_flatland,
-        }
-        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in PATHS}
+    tests = reference_test_set(envs, args.cache_dir)
+    with BenchSession("arbiter-bench-", script=Path(__file__).resolve(), keep=args.keep) as session:
+        bench = Bench(args, session, session.start_redis(tcp=True))  # flatland-rl's sides need TCP
+        runners = {"direct": bench.run_direct, "lean": bench.run_lean, "arbiter": bench.run_arbiter,
+                   "flatland": bench.run_flatland}  # fmt: skip
         pairs: list[list[dict[str, Any]]] = []  # two lean loops at once, per round (--no-contention: none)
-        for _ in range(args.warmup):
-            # Unmeasured: the first run of each path pays for cold file and CPU caches.
-            for name in PATHS:
-                result = runners[name](tests, "warmup")
-                print(f"bench: warm-up  {name:<8} wall {result['wall_s']:.3f} s (not counted)", flush=True)
-        for round_ in range(1, args.rounds + 1):
-            for name in PATHS:
-                result = runners[name](tests, f"r{round_}")
-                runs[name].append(result)
-                print(
-                    f"bench: round {round_} {name:<8} wall {result['wall_s']:.3f} s, "
-                    f"step mean {result['step_s']['mean'] * 1e3:.3f} ms",
-                    flush=True,
-                )
+
+        def lean_pair(round_: int) -> None:
             if not args.no_contention:
-                pair = bench.run_lean_pair(tests, f"r{round_}")
-                pairs.append(pair)
-                walls = " and ".join(f"{r['wall_s']:.3f}" for r in pair)
+                pairs.append(bench.run_lean_pair(tests, f"r{round_}"))
+                walls = " and ".join(f"{r['wall_s']:.3f}" for r in pairs[-1])
                 print(f"bench: round {round_} lean ×2   wall {walls} s (two at once)", flush=True)
 
+        runs = alternate_rounds(
+            args.rounds, args.warmup, (PATHS, PATHS), lambda path, label: runners[path](tests, label),
+            lambda r: f"wall {r['wall_s']:.3f} s, step mean {r['step_s']['mean'] * 1e3:.3f} ms", after_round=lean_pair,
+        )  # fmt: skip
         reference = runs["direct"][0]["episodes"]
-        config = {
-            "preset": args.preset,
-            "testset_seed": TESTSET_SEED,
-            "eval_seed": EVAL_SEED,
-            "rounds": args.rounds,
-            "warmup_rounds": args.warmup,
-            "envs": len(reference),
-            "quick": args.quick,
-            "full": args.full,
-            "tests": str(tests),
-            "agent": "(episode * 7 + step * 3 + handle * 5) % 5",
-        }
+        config = {"testset_seed": TESTSET_SEED, "eval_seed": EVAL_SEED, "rounds": args.rounds,
+                  "warmup_rounds": args.warmup, "envs": len(reference), "quick": args.quick, "full": args.full,
+                  "tests": str(tests), "agent": AGENT_RULE}  # fmt: skip
         report = paths_report(config, runs, pairs)
 
         if not args.no_protocol:
@@ -142,10 +109,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         return 2
     report["total_s"] = time.monotonic() - began
     report["json_path"] = args.json
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(report, handle, indent=2)
+    write_json(args.json, report)
     print_table(report)
     bad = list(report["trajectories"]["mismatches"])
     if "scale" in report and not report["scale"]["consistent"]:
@@ -158,36 +122,23 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5, help="rounds of (direct, lean, arbiter, flatland) (default 5)")
-    parser.add_argument("--warmup", type=int, default=1, help="unmeasured rounds first (default 1; --quick: 0)")
-    parser.add_argument("--preset", default="bench", help="test set preset (default bench)")
-    parser.add_argument("--envs", type=int, default=0, help="use only the first N envs of the preset (0 = all)")
-    parser.add_argument("--quick", action="store_true", help="1 round, 2 envs, 50 memory episodes, 2 concurrent")
+    # flatland-rl's client and service speak loopback TCP only: every path uses it (no --tcp)
+    add_run_options(parser, workers=WORKERS, rounds=5, timeout_s=900.0, reply_timeout_s=300.0, tcp=False)
+    parser.add_argument("--envs", type=int, default=0, help="play only the first N reference levels (0 = all)")
+    quick = ", ".join(f"{key} {value}" for key, value in QUICK.items())
+    parser.add_argument("--quick", action="store_true", help=f"a small, fast run for tests: {quick}")
     parser.add_argument("--full", action="store_true", help="1000 episodes for the memory check (default 200)")
-    parser.add_argument("--json", metavar="PATH", help="write the raw results here")
-    parser.add_argument("--cache-dir", help="where the generated test sets are cached (default arbiter's cache)")
+    parser.add_argument("--cache-dir", help="where generated test sets are cached (default arbiter's cache)")
     parser.add_argument("--concurrent", type=int, default=4, help="concurrent evaluations for the scale check")
     parser.add_argument("--protocol-steps", type=int, default=20_000, help="requests for the protocol-only check")
     parser.add_argument("--no-protocol", action="store_true", help="skip the protocol-only throughput")
     parser.add_argument("--no-memory", action="store_true", help="skip the server memory check")
     parser.add_argument("--no-scale", action="store_true", help="skip the concurrent evaluations")
-    parser.add_argument(
-        "--no-contention", action="store_true", help="skip the two lean loops at once that end each round"
-    )
-    parser.add_argument(
-        "--no-memory-baseline",
-        dest="memory_baseline",
-        action="store_false",
-        help="skip the plain flatland loop that the server's memory is compared with",
-    )
-    parser.add_argument("--timeout", type=float, default=900.0, help="limit per evaluation run, seconds")
-    parser.add_argument("--reply-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
-    parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
-    # Worker mode (internal): one measured process of a path.
-    parser.add_argument("--worker", choices=sorted(WORKERS), help=argparse.SUPPRESS)
+    parser.add_argument("--no-contention", action="store_true", help="skip the two lean loops ending each round")
+    parser.add_argument("--no-memory-baseline", dest="memory_baseline", action="store_false",
+                        help="skip the plain flatland loop that the server's memory is compared with")  # fmt: skip
+    # Worker mode (internal): what one measured process of a path needs.
     parser.add_argument("--tests", help=argparse.SUPPRESS)
-    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
-    parser.add_argument("--service-id", help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--results", help=argparse.SUPPRESS)
     parser.add_argument("--rss-pid", type=int, default=0, help=argparse.SUPPRESS)
@@ -200,13 +151,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if args.worker:
-        return WORKERS[args.worker](args)
-    if args.rounds < 1:
-        print("bench: --rounds must be at least 1", file=sys.stderr)
-        return 2
-
-    return run_with_sigterm_as_interrupt(run_benchmark, args)
+    envs_known = 0 <= args.envs <= len(REFERENCE_LEVELS)
+    return run_main(args, WORKERS, run_benchmark, [(not envs_known, f"--envs must be 0 to {len(REFERENCE_LEVELS)}")])
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark the DIAMBRA format's env in process and through RemoteEnv, on diambra-arena's engine mock.
 
-    python scripts/bench_diambra.py [--game doapp] [--steps 3000] [--rounds 3] [--warmup 300]
+    python scripts/bench_diambra.py [--game GAME] [--steps N] [--rounds R] [--warmup N]
                                      [--shapes native,128x128] [--tcp] [--frames-through-redis]
                                      [--json PATH] [--profile DIR]
 
@@ -20,16 +20,17 @@ steps, then ``--steps`` timed steps, resetting at each episode's end with the ev
              any agent on the evaluator's machine (``--frames-through-redis``: all of it through
              Redis, as for an agent in another container).
 
-Every run is a process of its own; the paths alternate within a round. Reported per shape: steps
-per second (median over rounds), the remote/in-process ratio (median of the per-round ratios;
-target ≥ 0.5), the bytes of one step reply as arbiter's codec encodes it, and the bytes Redis
-received and sent per step in the remote runs (its ``total_net_input_bytes`` and
-``total_net_output_bytes``: requests, replies, protocol overhead and the handshake included).
+Every run is a process of its own (``--worker PATH``: bench_diambra_workers.py); the paths
+alternate within a round. Reported per shape: steps per second (median over rounds), the
+remote/in-process ratio (median of the per-round ratios, against ``TARGET``), the bytes of one
+step reply as arbiter's codec encodes it, and the bytes Redis received and sent per step in the
+remote runs (its ``total_net_input_bytes`` and ``total_net_output_bytes``: requests, replies,
+protocol overhead and the handshake included).
 The remote runs must play exactly the in-process runs' episodes (seeds, steps, rewards), else
 MISMATCH and exit status 1.
 
-The mock sleeps 1 / (step_ratio × 1000) s per step (diambra-arena's default 1000 fps: 0.17 ms
-at step ratio 6) to stand in for the emulator; a real engine's step costs far more (the emulator,
+The mock sleeps a short fixed time per step (set by diambra-arena's default frame rate and the
+step ratio) to stand in for the emulator; a real engine's step costs far more (the emulator,
 gRPC, the frame's transfer), so these figures bound arbiter's own cost, not a real evaluation's
 speed. ``--profile DIR`` adds one remote run per shape under py-spy and ranks where the agent's
 and the evaluator's time goes. Needs ``pip install -e ".[diambra]"``; only 127.0.0.1 is used, and
@@ -39,8 +40,6 @@ every process started here (redis-server included) is stopped by its pid on the 
 from __future__ import annotations
 
 import argparse
-import json
-import logging
 import statistics
 import sys
 import time
@@ -48,178 +47,64 @@ from pathlib import Path
 from typing import Any
 
 import bench_profile
-from bench_common import BenchError, arbiter_rev, emit, machine_basics
-from bench_procs import (
+from bench_diambra_workers import DIFFICULTY, PATHS, SEED, SHAPES, WORKERS
+from harness import (
     BenchSession,
-    Processes,
-    brpop_clients,
+    Runs,
+    Target,
+    add_run_options,
+    alternate_rounds,
+    machine_info,
+    machine_line,
     new_service_id,
-    run_with_sigterm_as_interrupt,
-    transport_label,
-    wait_until_listening,
+    per_round_ratios,
+    read_results,
+    run_main,
+    serve_argv,
+    write_json,
 )
 
-HERE = Path(__file__).resolve()
-SHAPES = {"native": [0, 0, 0], "128x128 colour": [128, 128, 0], "128x128 gray": [128, 128, 1]}
-PATHS = ("raw", "inprocess", "remote")
-SEED = 1234
-DIFFICULTY = "medium"
-TARGET = 0.5  # RemoteEnv's steps/s against the in-process env's
+TARGET = Target("remote_over_inprocess", "RemoteEnv", "the env in process", "in steps/s", 0.5, at_least=True)
+MOCK_FPS = 1000  # diambra-arena's default frame rate, which its engine mock sleeps by
 
 
-def action_at(step: int, nvec: list[int]) -> list[int]:
-    """A deterministic button sequence: every move and attack in turn, attacks a third of the time."""
-    return [step % nvec[0], (step // 3) % nvec[1] if step % 3 == 0 else 0]
-
-
-def play(reset: Any, step: Any, nvec: list[int], warmup: int, steps: int) -> dict[str, Any]:
-    """``warmup`` untimed steps, then ``steps`` timed ones; episode k starts with ``reset(k)``.
-    Returns the rate and every episode played (its seed, steps and reward: the trajectory check)."""
-    episodes: list[dict[str, Any]] = []
-    total = warmup + steps
-    done = 0
-    started = time.perf_counter()
-    while done < total:
-        seed = reset(len(episodes))
-        episode = {"seed": seed, "steps": 0, "reward": 0.0}
-        episodes.append(episode)
-        while done < total:
-            if done == warmup:
-                started = time.perf_counter()  # first steps pay for allocations and caches
-            reward, ended = step(action_at(done, nvec))
-            done += 1
-            episode["steps"] += 1
-            episode["reward"] += reward
-            if ended:
-                break
-    wall = time.perf_counter() - started
-    return {"steps_per_s": steps / wall, "wall_s": wall, "episodes": episodes}
-
-
-def observation_bytes(observation: dict[str, Any]) -> dict[str, int]:
-    """The frame's bytes, and the bytes of one step reply's observation as arbiter's codec encodes it."""
-    from arbiter.protocol import codec
-
-    return {"frame": int(observation["frame"].nbytes), "encoded": len(codec.encode({"observation": observation}))}
-
-
-# -- the measured processes (--worker PATH) ---------------------------------------------------------
-
-
-def worker_local(args: argparse.Namespace) -> int:
-    from arbiter.server.formats.diambra.engine import MockEngine, build_single_player_env
-    from arbiter.server.formats.diambra.env import DiambraEnv, arena_settings, episode_seed
-    from arbiter.server.formats.diambra.settings import DiambraSettings
-
-    settings = DiambraSettings(game=args.game, difficulty=DIFFICULTY, frame_shape=SHAPES[args.shape])
-    if args.worker == "raw":
-        env = build_single_player_env(arena_settings(settings, None), lambda *_: MockEngine(settings.level))
-    else:
-        env = DiambraEnv(settings)
-    seen: dict[str, Any] = {}
-
-    def reset(episode: int) -> int | None:
-        seed = episode_seed(SEED, episode)
-        seen["observation"] = env.reset(seed=seed)[0]
-        return seed
-
-    def step(action: list[int]) -> tuple[float, bool]:
-        _, reward, terminated, truncated, _ = env.step(action)
-        return float(reward), terminated or truncated
-
-    played = play(reset, step, [int(n) for n in env.action_space.nvec], args.warmup, args.steps)
-    observation = seen["observation"]
-    env.close()
-    emit({**played, "frame_shape": list(observation["frame"].shape), "bytes": observation_bytes(observation)})
-    return 0
-
-
-def worker_remote(args: argparse.Namespace) -> int:
-    from arbiter.client.remote_env import RemoteEnv
-    from arbiter.server.formats.diambra.env import episode_seed
-
-    env = RemoteEnv(
-        redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=60,
-        shared_frames=not args.frames_through_redis,
-    )  # fmt: skip
-    seen: dict[str, Any] = {}
-
-    def reset(episode: int) -> int | None:
-        observation, info = env.reset()
-        if info["env_done"]:
-            raise BenchError("the evaluation ran out of episodes before the benchmark's steps")
-        seen["observation"] = observation
-        return episode_seed(SEED, episode)  # the evaluator names a seed only once its episode is over
-
-    def step(action: list[int]) -> tuple[float, bool]:
-        _, reward, terminated, truncated, _ = env.step(action)
-        return reward, terminated or truncated
-
-    played = play(reset, step, [int(n) for n in env.action_space.nvec], args.warmup, args.steps)
-    env.submit()
-    env.close()
-    observation = seen["observation"]
-    emit({**played, "frame_shape": list(observation["frame"].shape), "bytes": observation_bytes(observation),
-          "engine": env.server_info.get("engine")})  # fmt: skip
-    return 0
-
-
-# -- the orchestrator -------------------------------------------------------------------------------
-
-
-class Bench:
-    def __init__(self, args: argparse.Namespace, workdir: Path, procs: Processes, redis_url: str):
-        import redis
-
-        self.args = args
-        self.workdir = workdir
-        self.procs = procs
-        self.redis_url = redis_url
-        self.conn = redis.Redis.from_url(redis_url, socket_timeout=10)
-
+class Bench(Runs):
     def options(self, shape: str) -> list[str]:
         a = self.args
         return ["--shape", shape, "--game", a.game, "--steps", str(a.steps), "--warmup", str(a.warmup)]
 
     def run(self, path: str, shape: str, label: str, profile_dir: Path | None = None) -> dict[str, Any]:
+        procs = self.procs
         if path != "remote":
-            proc = self.procs.worker(f"{path}-{label}", path, *self.options(shape))
-            self.procs.wait([proc], self.args.timeout)
+            proc = procs.worker(f"{path}-{label}", path, *self.options(shape))
+            procs.wait([proc], self.args.timeout)
             return proc.result()
         service_id = new_service_id(label)
-        results = self.workdir / "results" / service_id
+        results = self.results_dir(service_id)
         height, width, channels = SHAPES[shape]
         episodes = (self.args.warmup + self.args.steps) // 50 + 2  # mock episodes last 150+ steps
         overrides = [f"game={self.args.game}", f"difficulty={DIFFICULTY}", f"seed={SEED}", f"episodes={episodes}",
                      f"frame_shape=[{height}, {width}, {channels}]"]  # fmt: skip
-        serve = [sys.executable, "-m", "arbiter.server.cli", "serve", "--competition", "diambra"]
-        for item in overrides:
-            serve += ["--set", item]
-        serve += ["--redis-url", self.redis_url, "--service-id", service_id, "--results", str(results), "--quiet"]
-        agent = [sys.executable, str(HERE), "--worker", "remote", *self.options(shape),
-                 "--redis-url", self.redis_url, "--service-id", service_id]  # fmt: skip
+        serve = serve_argv(self.redis_url, service_id, results, "--competition", "diambra", overrides=overrides)
+        agent = procs.worker_argv("remote", *self.options(shape), "--redis-url", self.redis_url,
+                                  "--service-id", service_id)  # fmt: skip
         if self.args.frames_through_redis:
             agent.append("--frames-through-redis")
         if profile_dir is not None:
             serve = bench_profile.wrap(serve, profile_dir / f"server-{label}.txt")
             agent = bench_profile.wrap(agent, profile_dir / f"agent-{label}.txt")
-        baseline = brpop_clients(self.conn)
-        server = self.procs.start(f"serve-{label}", serve)
-        wait_until_listening(self.conn, [server], baseline)
-        before = self.conn.info("stats")
-        agent_proc = self.procs.start(f"remote-{label}", agent)
-        self.procs.wait([agent_proc, server], self.args.timeout)
-        after = self.conn.info("stats")
-        out = agent_proc.result()
+        stats: list[dict[str, Any]] = []  # Redis's byte counters once the evaluator listens, and at the end
+        out = self.session.evaluate(label, serve, agent, self.args.timeout,
+                                    listening=lambda: stats.append(self.session.conn.info("stats")))  # fmt: skip
+        before, after = stats[0], self.session.conn.info("stats")
         played = self.args.warmup + self.args.steps
         out["redis_in_bytes_per_step"] = (after["total_net_input_bytes"] - before["total_net_input_bytes"]) / played
         out["redis_out_bytes_per_step"] = (after["total_net_output_bytes"] - before["total_net_output_bytes"]) / played
-        summary = json.loads((results / "summary.json").read_text(encoding="utf-8"))
-        timing = summary.get("timing") or {}
-        out["state"] = summary.get("state")
-        out["summary_engine"] = (summary.get("score") or {}).get("engine")
-        out["server_step_mean_s"] = (timing.get("server_step_s") or {}).get("mean")
-        out["agent_think_mean_s"] = (timing.get("step_think_s") or {}).get("mean")
+        written = read_results(results)
+        out["state"] = written["state"]
+        out["summary_engine"] = (written["summary"].get("score") or {}).get("engine")
+        out["server_step_mean_s"] = written["server_step_mean_s"]
+        out["agent_think_mean_s"] = written["server_think_mean_s"]
         return out
 
 
@@ -237,25 +122,26 @@ def check(shape: str, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     return problems
 
 
-def summarise(shape: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     def rates(path: str) -> list[float]:
         return [run["steps_per_s"] for run in runs[path]]
 
-    ratio = [r / i for r, i in zip(rates("remote"), rates("inprocess"), strict=True)]
+    ratio = per_round_ratios(runs["remote"], runs["inprocess"], "steps_per_s")
     remote = runs["remote"]
     return {
         "frame_shape": runs["inprocess"][0]["frame_shape"],
         "steps_per_s": {path: statistics.median(rates(path)) for path in PATHS},
         "steps_per_s_all": {path: rates(path) for path in PATHS},
-        "remote_over_inprocess": statistics.median(ratio),
-        "remote_over_inprocess_all": ratio,
+        "remote_over_inprocess": ratio["median"],
+        "remote_over_inprocess_all": ratio["per_round"],
         "frame_bytes": runs["inprocess"][0]["bytes"]["frame"],
         "observation_encoded_bytes": runs["inprocess"][0]["bytes"]["encoded"],
         "redis_in_bytes_per_step": statistics.median(r["redis_in_bytes_per_step"] for r in remote),
         "redis_out_bytes_per_step": statistics.median(r["redis_out_bytes_per_step"] for r in remote),
         "server_step_mean_s": statistics.median(r["server_step_mean_s"] for r in remote),
         "agent_think_mean_s": statistics.median(r["agent_think_mean_s"] for r in remote),
-        "met": statistics.median(ratio) >= TARGET,
+        "target": TARGET.report(ratio),
+        "met": TARGET.met(ratio["median"]),
     }
 
 
@@ -264,8 +150,7 @@ def print_table(report: dict[str, Any]) -> None:
     print()
     print(
         f"DIAMBRA benchmark — {cfg['game']} ({cfg['difficulty']}) on diambra-arena's engine mock, {cfg['steps']} "
-        f"timed steps after {cfg['warmup']} per run, {cfg['rounds']} round(s); {machine['cpus']} CPUs, Python "
-        f"{machine['python']}, arbiter {machine['arbiter_rev']}; load average at start {machine['loadavg_start']}; "
+        f"timed steps after {cfg['warmup']} per run, {cfg['rounds']} round(s); {machine_line(machine)}; "
         f"{cfg['transport']}; frames: {cfg['frames']}"
     )
     header = (
@@ -288,11 +173,8 @@ def print_table(report: dict[str, Any]) -> None:
         "env step; agent: the time between a reply and the next step, as the evaluator measures it)"
     )
     for shape, s in report["shapes"].items():
-        ratios = ", ".join(f"{r:.2f}" for r in s["remote_over_inprocess_all"])
-        print(
-            f"target RemoteEnv ≥ {TARGET}× in process at {shape}: {'met' if s['met'] else 'NOT met'} "
-            f"(per round {ratios})"
-        )
+        ratio = {"median": s["remote_over_inprocess"], "per_round": s["remote_over_inprocess_all"]}
+        print(TARGET.line(ratio, where=f" at {shape}"))
     if report["mismatches"]:
         for line in report["mismatches"]:
             print(f"  MISMATCH {line}")
@@ -302,25 +184,20 @@ def print_table(report: dict[str, Any]) -> None:
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
-
     began = time.monotonic()
     wanted = args.shapes.split(",") if args.shapes else [""]
     shapes = [shape for shape in SHAPES if any(word.strip() in shape for word in wanted)]
-    with BenchSession("arbiter-bench-diambra-", script=HERE, keep=False) as session:
-        workdir, procs, redis_server = session.workdir, session.procs, session.redis
-        runs: dict[str, dict[str, list[dict[str, Any]]]] = {shape: {path: [] for path in PATHS} for shape in shapes}
-        profiles: dict[str, Any] = {}
-        redis_server.start()
-        bench = Bench(args, workdir, procs, session.redis_url(args.tcp))
+    runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    profiles: dict[str, Any] = {}
+    with BenchSession("arbiter-bench-diambra-", script=Path(__file__).resolve(), keep=args.keep) as session:
+        bench = Bench(args, session, session.start_redis(args.tcp))
         for shape in shapes:
-            for round_ in range(1, args.rounds + 1):
-                order = PATHS if round_ % 2 else tuple(reversed(PATHS))
-                for path in order:
-                    result = bench.run(path, shape, f"{shape.split()[0]}-{path}-r{round_}")
-                    runs[shape][path].append(result)
-                    print(
-                        f"bench: {shape:<15} round {round_} {path:<9} {result['steps_per_s']:>7.0f} steps/s", flush=True
-                    )
+            print(f"bench: frames {shape}", flush=True)
+            runs[shape] = alternate_rounds(
+                args.rounds, 0, (PATHS, PATHS[::-1]),
+                lambda path, label, shape=shape: bench.run(path, shape, f"{shape.split()[0]}-{path}-{label}"),
+                lambda r: f"{r['steps_per_s']:>7.0f} steps/s",
+            )  # fmt: skip
             if args.profile:
                 folder = Path(args.profile)
                 folder.mkdir(parents=True, exist_ok=True)
@@ -335,7 +212,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     mismatches = [line for shape in shapes for line in check(shape, runs[shape])]
     report = {
         "config": {
-            "transport": transport_label(args.tcp),
+            "transport": session.transport,
             "frames": "through Redis" if args.frames_through_redis else "large arrays through shared memory",
             "game": args.game,
             "difficulty": DIFFICULTY,
@@ -343,16 +220,15 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "steps": args.steps,
             "warmup": args.warmup,
             "rounds": args.rounds,
-            "mock_fps": 1000,
+            "mock_fps": MOCK_FPS,
         },  # fmt: skip
-        "machine": {**machine_basics(), "arbiter_rev": arbiter_rev()},
-        "shapes": {shape: summarise(shape, runs[shape]) for shape in shapes},
+        "machine": machine_info(),
+        "shapes": {shape: summarise(runs[shape]) for shape in shapes},
         "mismatches": mismatches,
         "profiles": profiles,
         "total_s": time.monotonic() - began,
     }
-    if args.json:
-        Path(args.json).write_text(json.dumps(report, indent=2), encoding="utf-8")
+    write_json(args.json, report)
     print_table(report)
     for shape, profile in profiles.items():
         print()
@@ -363,38 +239,22 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    add_run_options(parser, workers=WORKERS, rounds=3, warmup_rounds=None)
     parser.add_argument("--game", default="doapp")
     parser.add_argument("--steps", type=int, default=3000, help="timed steps per run (default 3000)")
-    parser.add_argument("--rounds", type=int, default=3, help="rounds of (raw, inprocess, remote) per shape")
     parser.add_argument("--warmup", type=int, default=300, help="untimed steps at the start of every run")
     parser.add_argument(
         "--shapes", help=f"only the shapes of {list(SHAPES)} named (or partly named) in this comma-separated list"
     )
-    parser.add_argument("--tcp", action="store_true", help="loopback TCP, not the unix socket arbiter run uses")
     parser.add_argument(
         "--frames-through-redis",
         action="store_true",
         help="no shared frames: every frame through Redis, as for an agent in another container",
     )
-    parser.add_argument("--json", help="also write the figures to this file")
     parser.add_argument("--profile", metavar="DIR", help="then one remote run per shape under py-spy: rankings")
-    parser.add_argument("--timeout", type=float, default=600.0, help="limit per run, seconds")
-    parser.add_argument("--worker", choices=PATHS, help=argparse.SUPPRESS)
     parser.add_argument("--shape", choices=list(SHAPES), help=argparse.SUPPRESS)
-    parser.add_argument("--redis-url", help=argparse.SUPPRESS)
-    parser.add_argument("--service-id", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        logging.disable(logging.INFO)  # diambra-arena logs its whole settings at every env creation
-        return worker_remote(args) if args.worker == "remote" else worker_local(args)
-    if args.rounds < 1 or args.steps < 1 or args.warmup < 0:
-        print("bench: --rounds and --steps must be at least 1, --warmup at least 0", file=sys.stderr)
-        return 2
-    if args.profile and bench_profile.py_spy() is None:
-        print("bench: --profile needs py-spy (pip install py-spy)", file=sys.stderr)
-        return 2
-
-    return run_with_sigterm_as_interrupt(run_benchmark, args)
+    return run_main(args, WORKERS, run_benchmark, [(args.steps < 1, "--steps must be at least 1")])
 
 
 if __name__ == "__main__":

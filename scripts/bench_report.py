@@ -5,10 +5,16 @@ from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Callable
 from typing import Any
 
-from bench_common import LOCAL_PATHS, PATHS, arbiter_rev, machine_basics
+from bench_flatland import LOCAL_PATHS, PATHS
+from harness import Target, machine_info, machine_line, median_of, per_round_ratios, spread
+
+PEERS = ("direct", "lean", "flatland")  # what arbiter's wall time is compared with
+TARGETS = (
+    Target("arbiter_over_direct", "arbiter", "the direct loop", "in wall time", 1.15, at_least=False),
+    Target("arbiter_over_flatland", "arbiter", "flatland-rl's own evaluator", "in wall time", 0.6, at_least=False),
+)
 
 
 def compare(label: str, reference: list[dict[str, Any]], seen: list[dict[str, Any]]) -> list[str]:
@@ -37,15 +43,6 @@ def contention_summary(pairs: list[list[dict[str, Any]]], lean_runs: list[dict[s
     }
 
 
-def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
-
-
-def _median_of(runs: list[dict[str, Any]], get: Callable[[dict[str, Any]], float | None]) -> float | None:
-    values = [v for v in (get(run) for run in runs) if v is not None]
-    return statistics.median(values) if values else None
-
-
 def summarise_path(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One path over its rounds: medians across rounds (and the spread of the wall time)."""
     walls = [run["wall_s"] for run in runs]
@@ -64,23 +61,23 @@ def summarise_path(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "wall_s": spread(walls),
         "steps": steps,
         "steps_per_s": steps / statistics.median(walls),
-        "client_step_mean_s": _median_of(runs, lambda r: r["step_s"]["mean"]),
-        "client_step_p99_s": _median_of(runs, lambda r: r["step_s"]["p99"]),
-        "local_step_mean_s": _median_of(runs, lambda r: r["local_step_s"]["mean"]),
-        "step_overhead_mean_s": _median_of(runs, lambda r: r["step_s"]["mean"] - r["local_step_s"]["mean"]),
+        "client_step_mean_s": median_of(runs, lambda r: r["step_s"]["mean"]),
+        "client_step_p99_s": median_of(runs, lambda r: r["step_s"]["p99"]),
+        "local_step_mean_s": median_of(runs, lambda r: r["local_step_s"]["mean"]),
+        "step_overhead_mean_s": median_of(runs, lambda r: r["step_s"]["mean"] - r["local_step_s"]["mean"]),
         "env_create_median_s": statistics.median(creates) if creates else None,
         "env_create_wait_median_s": statistics.median(waits) if waits else None,
-        "server_step_mean_s": _median_of(runs, lambda r: r.get("server_step_mean_s")),
-        "server_think_mean_s": _median_of(runs, lambda r: r.get("server_think_mean_s")),
+        "server_step_mean_s": median_of(runs, lambda r: r.get("server_step_mean_s")),
+        "server_think_mean_s": median_of(runs, lambda r: r.get("server_think_mean_s")),
         # Where the agent's wall time goes (seconds, median over rounds).
         "breakdown_s": {
-            "local_env_step": _median_of(runs, lambda r: r["local_step_s"]["total"]),
-            "step_wire": _median_of(runs, lambda r: step_total(r) - r["local_step_s"]["total"]),
-            "create_wait": _median_of(runs, lambda r: math.fsum(r["create_wait_s"])),
-            "create_local": _median_of(runs, lambda r: r["create_total_s"] - math.fsum(r["create_wait_s"])),
-            "final_create": _median_of(runs, lambda r: r["final_create_s"]),
-            "submit": _median_of(runs, lambda r: r["submit_s"]),
-            "agent_other": _median_of(runs, other),
+            "local_env_step": median_of(runs, lambda r: r["local_step_s"]["total"]),
+            "step_wire": median_of(runs, lambda r: step_total(r) - r["local_step_s"]["total"]),
+            "create_wait": median_of(runs, lambda r: math.fsum(r["create_wait_s"])),
+            "create_local": median_of(runs, lambda r: r["create_total_s"] - math.fsum(r["create_wait_s"])),
+            "final_create": median_of(runs, lambda r: r["final_create_s"]),
+            "submit": median_of(runs, lambda r: r["submit_s"]),
+            "agent_other": median_of(runs, other),
         },
         "runs": [
             {
@@ -125,10 +122,8 @@ def print_table(report: dict[str, Any]) -> None:
     ref = report["reference"]
     print()
     print(
-        f"arbiter benchmark — preset {cfg['preset']} (seed {cfg['testset_seed']}), {len(ref)} envs, "
-        f"{sum(e['steps'] for e in ref)} steps; {cfg['rounds']} round(s); {mach['cpus']} CPUs, "
-        f"Python {mach['python']}, flatland-rl {mach['flatland']}, arbiter {mach['arbiter_rev']}; "
-        f"load average at start {mach['loadavg_start']}"
+        f"arbiter benchmark — the reference levels (seed {cfg['testset_seed']}), {len(ref)} envs, "
+        f"{sum(e['steps'] for e in ref)} steps; {cfg['rounds']} round(s); {machine_line(mach)}"
     )
     print("reference trajectories (the direct loop; both remote paths must match, client and server side):")
     for e in ref:
@@ -186,6 +181,8 @@ def print_table(report: dict[str, Any]) -> None:
         "(direct: flatland's load_new, with its default rewards, step recorder and eager distance map; lean: the "
         "env arbiter's client builds, so arbiter/lean is the evaluator's own cost)"
     )
+    for target in TARGETS:
+        print(target.line(ratios["paired"][target.ratio]))
     contention = report.get("contention")
     if contention:
         print(
@@ -247,12 +244,6 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"benchmark time: {report['total_s']:.1f} s; raw results: {report.get('json_path') or '(no --json)'}")
 
 
-def machine_info() -> dict[str, Any]:
-    from importlib.metadata import version
-
-    return {**machine_basics(), "flatland": version("flatland-rl"), "arbiter_rev": arbiter_rev()}
-
-
 # ----------------------------------------------------------------------------------------
 # The report: every figure of a finished benchmark, as written to --json
 # ----------------------------------------------------------------------------------------
@@ -279,37 +270,19 @@ def check_trajectories(runs: dict[str, list[dict[str, Any]]], pairs: list[list[d
 
 
 def ratios_report(runs: dict[str, list[dict[str, Any]]], summaries: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """arbiter's wall time over each peer's: the ratio of the medians, and per round (paired)."""
     medians = {name: summaries[name]["wall_s"]["median"] for name in PATHS}
-    rounds = len(runs["arbiter"])
+    paired = {f"arbiter_over_{peer}": per_round_ratios(runs["arbiter"], runs[peer], "wall_s") for peer in PEERS}
+    per_round = []
+    for i in range(len(runs["arbiter"])):
+        row: dict[str, Any] = {"round": i + 1, **{f"{name}_s": runs[name][i]["wall_s"] for name in PATHS}}
+        row.update({name: ratio["per_round"][i] for name, ratio in paired.items()})
+        per_round.append(row)
     return {
-        "arbiter_over_direct": medians["arbiter"] / medians["direct"],
-        "arbiter_over_lean": medians["arbiter"] / medians["lean"],
-        "arbiter_over_flatland": medians["arbiter"] / medians["flatland"],
-        # Paired: each round's paths ran back to back, so slow drift of the machine cancels.
-        "median_of_round_ratios": {
-            "arbiter_over_direct": statistics.median(
-                a["wall_s"] / d["wall_s"] for a, d in zip(runs["arbiter"], runs["direct"], strict=True)
-            ),
-            "arbiter_over_lean": statistics.median(
-                a["wall_s"] / d["wall_s"] for a, d in zip(runs["arbiter"], runs["lean"], strict=True)
-            ),
-            "arbiter_over_flatland": statistics.median(
-                a["wall_s"] / f["wall_s"] for a, f in zip(runs["arbiter"], runs["flatland"], strict=True)
-            ),
-        },
-        "per_round": [
-            {
-                "round": i + 1,
-                "direct_s": runs["direct"][i]["wall_s"],
-                "lean_s": runs["lean"][i]["wall_s"],
-                "arbiter_s": runs["arbiter"][i]["wall_s"],
-                "flatland_s": runs["flatland"][i]["wall_s"],
-                "arbiter_over_direct": runs["arbiter"][i]["wall_s"] / runs["direct"][i]["wall_s"],
-                "arbiter_over_lean": runs["arbiter"][i]["wall_s"] / runs["lean"][i]["wall_s"],
-                "arbiter_over_flatland": runs["arbiter"][i]["wall_s"] / runs["flatland"][i]["wall_s"],
-            }
-            for i in range(rounds)
-        ],
+        **{f"arbiter_over_{peer}": medians["arbiter"] / medians[peer] for peer in PEERS},
+        "median_of_round_ratios": {name: ratio["median"] for name, ratio in paired.items()},
+        "paired": paired,
+        "per_round": per_round,
     }
 
 
@@ -320,13 +293,15 @@ def paths_report(
     summaries = {name: summarise_path(runs[name]) for name in PATHS}
     trajectories = check_trajectories(runs, pairs)
     reference = runs["direct"][0]["episodes"]
+    ratios = ratios_report(runs, summaries)
     return {
         "config": config,
-        "machine": machine_info(),
+        "machine": machine_info("flatland-rl"),
         "reference": reference,
         "paths": summaries,
         "raw_runs": runs,
-        "ratios": ratios_report(runs, summaries),
+        "ratios": ratios,
+        "targets": [target.report(ratios["paired"][target.ratio]) for target in TARGETS],
         "trajectories": trajectories,
         "contention": contention_summary(pairs, runs["lean"]),
         "trajectories_match": trajectories["match"],

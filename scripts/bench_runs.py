@@ -3,28 +3,15 @@ takes, started in order, waited for, and their results joined with what the eval
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
 from typing import Any
 
-from bench_common import TESTSET_SEED, BenchError
-from bench_procs import Proc, Processes, brpop_clients, new_service_id, replicated_test_set, wait_until_listening
+from bench_flatland import TESTSET_SEED, replicated_test_set
+from harness import BenchError, Proc, Runs, new_service_id, read_results, serve_argv
 
 
-class Bench:
-    def __init__(self, args: argparse.Namespace, workdir: Path, procs: Processes, redis_url: str, redis_port: int):
-        import redis
-
-        self.args = args
-        self.workdir = workdir
-        self.procs = procs
-        self.redis_url = redis_url
-        self.redis_port = redis_port
-        self.conn = redis.Redis.from_url(redis_url, socket_timeout=10)
-
-    # -- the three paths -------------------------------------------------------------------
+class Bench(Runs):
+    # -- the four paths ----------------------------------------------------------------------
 
     def run_direct(self, tests: Path, label: str, mode: str = "direct") -> dict[str, Any]:
         agent = self.procs.worker(f"{mode}-{label}", mode, "--tests", str(tests))
@@ -41,39 +28,29 @@ class Bench:
         self.procs.wait(agents, self.args.timeout)
         return [agent.result() for agent in agents]
 
-    def start_arbiter_server(self, tests: Path, service_id: str, results: Path) -> Proc:
-        argv = [sys.executable, "-m", "arbiter.server.cli", "serve", "--tests", str(tests), "--redis-url",
-                self.redis_url, "--service-id", service_id, "--results", str(results), "--quiet"]  # fmt: skip
+    def start_arbiter_server(self, tests: Path, service_id: str) -> Proc:
+        argv = serve_argv(self.redis_url, service_id, self.results_dir(service_id), "--tests", str(tests))
         return self.procs.start(f"arbiter-serve-{service_id}", argv)
 
-    def arbiter_agent(self, name: str, service_id: str, *extra: str) -> Proc:
-        return self.procs.worker(
-            name, "arbiter", "--redis-url", self.redis_url, "--service-id", service_id,
-            "--reply-timeout", str(self.args.reply_timeout), *extra,
-        )  # fmt: skip
+    def arbiter_agent_argv(self, service_id: str, *extra: str) -> list[str]:
+        return self.procs.worker_argv("arbiter", "--redis-url", self.redis_url, "--service-id", service_id,
+                                      "--reply-timeout", str(self.args.reply_timeout), *extra)  # fmt: skip
 
     def run_arbiter(self, tests: Path, label: str) -> dict[str, Any]:
         service_id = new_service_id(label)
-        results = self.workdir / "results" / service_id
-        baseline = brpop_clients(self.conn)
-        server = self.start_arbiter_server(tests, service_id, results)
-        wait_until_listening(self.conn, [server], baseline)
-        agent = self.arbiter_agent(f"arbiter-agent-{label}", service_id)
-        self.procs.wait([agent, server], self.args.timeout)
-        out = agent.result()
-        out.update(read_arbiter_results(results))
+        serve = serve_argv(self.redis_url, service_id, self.results_dir(service_id), "--tests", str(tests))
+        out = self.session.evaluate(label, serve, self.arbiter_agent_argv(service_id), self.args.timeout)
+        out.update(flatland_results(self.results_dir(service_id)))
         return out
 
     def run_flatland(self, tests: Path, label: str) -> dict[str, Any]:
         service_id = new_service_id(label)
-        results = self.workdir / "results" / f"{service_id}.csv"
-        baseline = brpop_clients(self.conn)
-        port = str(self.redis_port)
-        server = self.procs.worker(
+        port = str(self.session.redis.port)  # flatland-rl's client and service speak loopback TCP only
+        (server,) = self.session.start_servers([lambda: self.procs.worker(
             f"flatland-service-{label}", "flatland-service", "--tests", str(tests), "--service-id", service_id,
-            "--port", port, "--results", str(results), env={"TEST_MIN_PERCENTAGE_COMPLETE_MEAN": "0"},
-        )  # fmt: skip
-        wait_until_listening(self.conn, [server], baseline)
+            "--port", port, "--results", str(self.results_dir(service_id)) + ".csv",
+            env={"TEST_MIN_PERCENTAGE_COMPLETE_MEAN": "0"},
+        )])  # fmt: skip
         agent = self.procs.worker(
             f"flatland-agent-{label}", "flatland", "--tests", str(tests), "--service-id", service_id, "--port", port
         )
@@ -88,15 +65,10 @@ class Bench:
 
     def run_protocol(self, n: int) -> dict[str, Any]:
         service_id = new_service_id("proto")
-        baseline = brpop_clients(self.conn)
-        server = self.procs.worker(
-            "proto-server", "proto-server", "--redis-url", self.redis_url, "--service-id", service_id
-        )
-        wait_until_listening(self.conn, [server], baseline)
-        client = self.procs.worker(
-            "proto-client", "proto-client", "--redis-url", self.redis_url, "--service-id", service_id, "--n", str(n),
-            "--reply-timeout", str(self.args.reply_timeout),
-        )  # fmt: skip
+        connection = ("--redis-url", self.redis_url, "--service-id", service_id)
+        (server,) = self.session.start_servers([lambda: self.procs.worker("proto-server", "proto-server", *connection)])
+        client = self.procs.worker("proto-client", "proto-client", *connection, "--n", str(n),
+                                   "--reply-timeout", str(self.args.reply_timeout))  # fmt: skip
         self.procs.wait([client, server], self.args.timeout)
         out = client.result()
         served = server.result()
@@ -111,17 +83,15 @@ class Bench:
         from arbiter.server.formats.flatland.generate import cached_test_set
 
         tiny = cached_test_set("tiny", TESTSET_SEED, cache_dir=self.args.cache_dir)
-        tests = replicated_test_set(tiny, self.workdir / f"memory-{episodes}", episodes)
+        tests = replicated_test_set(tiny, self.session.workdir / f"memory-{episodes}", episodes)
         service_id = new_service_id("memory")
-        results = self.workdir / "results" / service_id
-        baseline = brpop_clients(self.conn)
-        server = self.start_arbiter_server(tests, service_id, results)
-        wait_until_listening(self.conn, [server], baseline)
-        agent = self.arbiter_agent("memory-agent", service_id, "--rss-pid", str(server.pid), "--rss-every", str(every))
+        (server,) = self.session.start_servers([lambda: self.start_arbiter_server(tests, service_id)])
+        agent = self.procs.start("memory-agent", self.arbiter_agent_argv(
+            service_id, "--rss-pid", str(server.popen.pid), "--rss-every", str(every)))  # fmt: skip
         self.procs.wait([agent, server], self.args.timeout * max(1, episodes / 200))
         out = agent.result()
-        summary = read_arbiter_results(results)
-        report = {"episodes": episodes, "every": every, "state": summary["state"], "wall_s": out["wall_s"]}
+        state = flatland_results(self.results_dir(service_id))["state"]
+        report = {"episodes": episodes, "every": every, "state": state, "wall_s": out["wall_s"]}
         report.update(rss_growth(out["rss_kib"], every))
         report["episodes_played"] = len(out["episodes"])
         if self.args.memory_baseline:
@@ -135,15 +105,16 @@ class Bench:
 
     def run_scale(self, tests: Path, count: int, reference_summary: dict[str, Any]) -> dict[str, Any]:
         service_ids = [new_service_id(f"scale{i}") for i in range(count)]
-        baseline = brpop_clients(self.conn)
-        servers = [self.start_arbiter_server(tests, sid, self.workdir / "results" / sid) for sid in service_ids]
-        wait_until_listening(self.conn, servers, baseline)
-        agents = [self.arbiter_agent(f"scale-agent-{i}", sid) for i, sid in enumerate(service_ids)]
+        servers = self.session.start_servers(
+            [lambda sid=sid: self.start_arbiter_server(tests, sid) for sid in service_ids]
+        )
+        agents = [self.procs.start(f"scale-agent-{i}", self.arbiter_agent_argv(sid))
+                  for i, sid in enumerate(service_ids)]  # fmt: skip
         self.procs.wait(agents + servers, self.args.timeout * count)
         runs = []
         for sid, agent in zip(service_ids, agents, strict=True):
             out = agent.result()
-            out.update(read_arbiter_results(self.workdir / "results" / sid))
+            out.update(flatland_results(self.results_dir(sid)))
             out["service_id"] = sid
             runs.append(out)
         return {"count": count, "runs": runs, "reference_score": reference_summary}
@@ -174,20 +145,16 @@ def rss_growth(samples: list[list[int]], every: int) -> dict[str, Any]:
     }
 
 
-def read_arbiter_results(results: Path) -> dict[str, Any]:
-    with open(results / "summary.json", encoding="utf-8") as handle:
-        summary = json.load(handle)
-    with open(results / "episodes.jsonl", encoding="utf-8") as handle:
-        records = [json.loads(line) for line in handle if line.strip()]
-    step = (summary.get("timing") or {}).get("server_step_s") or {}
-    think = (summary.get("timing") or {}).get("step_think_s") or {}
+def flatland_results(results: Path) -> dict[str, Any]:
+    """What arbiter's evaluator wrote of a Flatland evaluation, in the benchmark's terms."""
+    written = read_results(results)
+    score = written["summary"].get("score") or {}
     return {
-        "state": summary.get("state"),
-        "score": {k: (summary.get("score") or {}).get(k) for k in ("primary", "secondary")},
-        "server_step_mean_s": step.get("mean"),
-        "server_think_mean_s": think.get("mean"),
-        "server_evaluation_s": (summary.get("timing") or {}).get("evaluation_s"),
-        "server_episodes": [
-            {"env": r["env"], "agents": r["num_agents"], "steps": r["steps"], "arrived": r["arrived"]} for r in records
-        ],
-    }
+        "state": written["state"],
+        "score": {k: score.get(k) for k in ("primary", "secondary")},
+        "server_step_mean_s": written["server_step_mean_s"],
+        "server_think_mean_s": written["server_think_mean_s"],
+        "server_evaluation_s": (written["summary"].get("timing") or {}).get("evaluation_s"),
+        "server_episodes": [{"env": r["env"], "agents": r["num_agents"], "steps": r["steps"], "arrived": r["arrived"]}
+                            for r in written["records"]],
+    }  # fmt: skip

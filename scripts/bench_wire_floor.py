@@ -2,11 +2,11 @@
 """How many request/reply round trips per second two processes can make at all, with no
 evaluator and no env: the floor under every remote step arbiter makes.
 
-    python scripts/bench_wire_floor.py [--trips 20000] [--rounds 3] [--reply-bytes 40]
+    python scripts/bench_wire_floor.py [--trips N] [--rounds R] [--reply-bytes B]
 
-A responder process answers every 40-byte message of a requester process with ``--reply-bytes``
-bytes (40 by default; 737366 is a DIAMBRA reply with its native 480×512×3 frame inline, the floor
-under a frame that travels through Redis):
+A responder process answers every short message of a requester process with ``--reply-bytes``
+bytes (as short as the request by default; the size of a DIAMBRA step reply with its native frame
+inline, as bench_diambra.py reports it, gives the floor under a frame that travels through Redis):
 
   pipe          ``multiprocessing.Pipe`` (what Gymnasium's AsyncVectorEnv steps over);
   raw-unix      through a redis-server, hand-packed commands on plain sockets: the requester
@@ -23,8 +23,11 @@ under a frame that travels through Redis):
 A round trip through Redis wakes four processes in turn (requester → redis → responder → redis →
 requester) where a pipe wakes two; on a machine with few cores (and on a VM, where waking an idle
 vCPU is dear) that, not Python, sets the floor. A requester that polls is not woken.
-Only 127.0.0.1 and a unix socket in a private temporary folder are used; the redis-server is
-stopped by its pid on the way out.
+
+The target (``TARGET``): arbiter's own round trip over the unix socket against the pipe's, the
+trip AsyncVectorEnv steps over (bench_remote_env.py's peer), per round. Only 127.0.0.1 and a unix
+socket in a private temporary folder are used; the redis-server is stopped by its pid on the way
+out.
 """
 
 from __future__ import annotations
@@ -37,16 +40,18 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import hiredis
-from bench_common import arbiter_rev, machine_basics
+from harness import BenchSession, Target, machine_info, machine_line, per_round_ratios
 
 MESSAGE = b"x" * 40
 REPLY_CHUNK = 1 << 20  # what a reader of large replies reads at once (RemoteEnv's, for frames)
 REQUESTS, REPLIES = "floor:requests", "floor:replies"
 PATHS = ("pipe", "raw-unix", "raw-unix-poll", "raw-tcp", "arbiter-unix", "arbiter-tcp")
 POLL_WINDOW_S = 0.001  # the requester's, as RemoteEnv's default
+TARGET = Target("arbiter_unix_over_pipe", "arbiter-unix", "pipe", "in round trips/s", 1.0, at_least=True)
 
 
 class RawConnection:
@@ -157,12 +162,12 @@ def main() -> int:
     if args.reply_bytes < 1:
         parser.error("--reply-bytes must be at least 1")
     reply = b"y" * args.reply_bytes
-    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
-
     multiprocessing.set_start_method("fork")
-    machine = machine_basics()
+    machine = machine_info()
     rates: dict[str, list[float]] = {path: [] for path in PATHS}
-    with EmbeddedRedis(port=free_port()) as server:
+    with BenchSession("arbiter-bench-floor-", script=Path(__file__).resolve()) as session:
+        session.start_redis()
+        server = session.redis
         if server.unix_socket is None:
             print("bench: the redis-server has no unix socket here (temporary folder path too long)", file=sys.stderr)
             return 2
@@ -175,14 +180,14 @@ def main() -> int:
                 print(f"bench: round {round_ + 1} {path:<13} {rate:8.0f} round trips/s", file=sys.stderr)
     print(
         f"\nRound trips between two processes — {args.trips} per path and round, {args.rounds} round(s), "
-        f"{len(MESSAGE)}-byte requests and {args.reply_bytes}-byte replies; "
-        f"{machine['cpus']} CPUs, Python {machine['python']}, arbiter {arbiter_rev()}; "
-        f"load average at start {machine['loadavg_start']}"
+        f"{len(MESSAGE)}-byte requests and {args.reply_bytes}-byte replies; {machine_line(machine)}"
     )
     print(f"{'path':<13} {'round trips/s: median [min–max]':<34} {'µs each':>8}")
     for path in PATHS:
         median = statistics.median(rates[path])
         print(f"{path:<13} {median:>9.0f} [{min(rates[path]):.0f}–{max(rates[path]):.0f}]{'':<12} {1e6 / median:8.1f}")
+    rounds = [{"rate": rate} for rate in rates["arbiter-unix"]], [{"rate": rate} for rate in rates["pipe"]]
+    print(TARGET.line(per_round_ratios(*rounds, "rate")))
     return 0
 
 

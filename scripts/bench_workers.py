@@ -1,7 +1,7 @@
 """The measured processes of the Flatland benchmark, one per ``scripts/bench.py --worker MODE``.
 
 Each imports what it needs first and then measures itself, so import time never counts; it prints
-its result as one ``RESULT_MARK`` line (bench_common.emit) that the orchestrator reads from its log.
+its result as one line (harness.emit) that the orchestrator reads from its log.
 """
 
 from __future__ import annotations
@@ -14,14 +14,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from bench_common import EVAL_SEED, HOST, agent_actions, arrived_count, emit, ordered_env_paths, step_stats, vm_rss_kib
+from bench_flatland import EVAL_SEED, HOST, agent_actions, arrived_count, step_stats, vm_rss_kib
+from harness import emit
 
 
-def _time_calls(owner: Any, name: str, sink: list[float], wanted: Callable[..., bool] = lambda *a, **k: True) -> None:
-    """Wrap ``owner.name`` (an instance attribute, nothing is edited) to append the time of wanted calls."""
-    original = getattr(owner, name, None)
-    if original is None:
-        return
+def time_calls(owner: Any, name: str, sink: list[float], wanted: Callable[..., bool] = lambda *a, **k: True) -> None:
+    """Wrap the public method ``owner.name`` on this one instance (no library code changes) so
+    that the duration of each wanted call is appended to ``sink``."""
+    original = getattr(owner, name)
 
     def timed(*args: Any, **kwargs: Any) -> Any:
         if not wanted(*args, **kwargs):
@@ -80,10 +80,27 @@ def worker_lean(args: argparse.Namespace) -> int:
     return _play_direct("lean", load, args)
 
 
+def _play_episode(env: Any, step: Callable[[Any], tuple], index: int, name: str, step_times: list[float]) -> dict:
+    """Episode ``index`` on ``env`` to its end, each action through ``step`` (timed into ``step_times``)."""
+    clock = time.perf_counter
+    num_agents = env.get_num_agents()
+    steps = 0
+    while True:
+        actions = agent_actions(index, steps, num_agents)
+        before = clock()
+        _, _, dones, _ = step(actions)
+        step_times.append(clock() - before)
+        steps += 1
+        if dones["__all__"]:
+            return {"env": name, "agents": num_agents, "steps": steps, "arrived": arrived_count(env)}
+
+
 def _play_direct(path_name: str, load: Callable[[str], Any], args: argparse.Namespace) -> int:
     from flatland.envs.step_utils.states import TrainState  # noqa: F401 - imported before timing
 
-    paths = ordered_env_paths(args.tests)
+    from arbiter.server.formats.flatland.generate import list_env_paths
+
+    paths = list_env_paths(args.tests)
     step_times: list[float] = []
     creates: list[float] = []
     episodes = []
@@ -96,17 +113,7 @@ def _play_direct(path_name: str, load: Callable[[str], Any], args: argparse.Name
         env = load(os.path.join(args.tests, rel))
         env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
         creates.append(clock() - created)
-        num_agents = env.get_num_agents()
-        step = 0
-        while True:
-            actions = agent_actions(index, step, num_agents)
-            before = clock()
-            _, _, dones, _ = env.step(actions)
-            step_times.append(clock() - before)
-            step += 1
-            if dones["__all__"]:
-                break
-        episodes.append({"env": rel, "agents": num_agents, "steps": step, "arrived": arrived_count(env)})
+        episodes.append(_play_episode(env, env.step, index, rel, step_times))
         if args.rss_self and (index == 0 or (index + 1) % args.rss_every == 0):
             rss.append([index + 1, vm_rss_kib(os.getpid()) or 0])
     wall = clock() - started
@@ -156,18 +163,8 @@ def _play_remote(
             break
         creates.append(took)
         env = client.env
-        _time_calls(env, "step", local_times)  # the local env.step inside env_step
-        num_agents = env.get_num_agents()
-        step = 0
-        while True:
-            actions = agent_actions(index, step, num_agents)
-            before = clock()
-            _, _, dones, _ = client.env_step(actions)
-            step_times.append(clock() - before)
-            step += 1
-            if dones["__all__"]:
-                break
-        episodes.append({"env": env_path(), "agents": num_agents, "steps": step, "arrived": arrived_count(env)})
+        time_calls(env, "step", local_times)  # the local env.step inside env_step
+        episodes.append(_play_episode(env, client.env_step, index, env_path(), step_times))
         index += 1
         if args.rss_pid and (index == 1 or index % args.rss_every == 0):
             rss.append([index, vm_rss_kib(args.rss_pid) or 0])
@@ -207,7 +204,7 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     client = RemoteClient(redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=args.reply_timeout)
     handshake = time.perf_counter() - before
     waits: list[float] = []
-    _time_calls(client, "_request", waits, lambda type_, *a, **k: type_ == FLATLAND_RL.ENV_CREATE)
+    time_calls(client, "request", waits, lambda type_, *a, **k: type_ == FLATLAND_RL.ENV_CREATE)
     try:
         return _play_remote("arbiter", client, waits, lambda: str(client.current_env_path), args, handshake)
     finally:
@@ -224,7 +221,8 @@ def worker_flatland_client(args: argparse.Namespace) -> int:
     )
     handshake = time.perf_counter() - before
     waits: list[float] = []
-    _time_calls(
+    # flatland-rl's client shows its wait for a reply nowhere else: its own request method
+    time_calls(
         client,
         "_remote_request",
         waits,
@@ -311,33 +309,29 @@ def worker_proto_server(args: argparse.Namespace) -> int:
     return 0
 
 
+class _NoEnv:
+    """An env whose step costs nothing: RemoteClient.env_step then costs only what it sends."""
+
+    def step(self, actions: dict[int, int]) -> tuple[dict, dict, dict, dict]:
+        return {}, {}, {"__all__": False}, {}
+
+
 def worker_proto_client(args: argparse.Namespace) -> int:
-    """Pushes empty ENV_STEP requests exactly as RemoteClient.env_step does (its _send_step)."""
+    """Empty ENV_STEP requests through ``RemoteClient.env_step``, its local env one that does nothing."""
     from arbiter.client import RemoteClient
 
     client = RemoteClient(redis_url=args.redis_url, service_id=args.service_id, reply_timeout_s=args.reply_timeout)
+    client.env = _NoEnv()  # no env_create: the evaluator here has no envs, it only reads the steps
     clock = time.perf_counter
-    last_step_end = time.monotonic()
     started = clock()
     for _ in range(args.n):
-        collect = client._send_step({"action": {}, "inference_time": time.monotonic() - last_step_end})
-        if collect is not None:
-            collect()
-        last_step_end = time.monotonic()
+        client.env_step({})
     sent = clock()
     answer = client.submit()  # queued behind every step: answered once the server read them all
     done = clock()
     client.close()
-    emit(
-        {
-            "n": args.n,
-            "send_s": sent - started,
-            "elapsed_s": done - started,
-            "steps_per_s": args.n / (done - started),
-            "client_call_mean_s": (sent - started) / args.n,
-            "server_steps": answer.get("steps"),
-        }
-    )
+    emit({"n": args.n, "send_s": sent - started, "elapsed_s": done - started, "steps_per_s": args.n / (done - started),
+          "client_call_mean_s": (sent - started) / args.n, "server_steps": answer.get("steps")})  # fmt: skip
     return 0
 
 

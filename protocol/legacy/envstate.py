@@ -136,7 +136,7 @@ class Rebuilder:
             cls = self._cls(data.get("cls"))
             if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
                 raise DecodeError(f"{data.get('cls')} is not a namedtuple")
-            return cls._make(self._rebuild(v) for v in self._items(values))
+            return cls._make(self._rebuild(v) for v in self._items(values))  # type: ignore[attr-defined]  # a namedtuple
         if tag == "obj":
             cls = self._cls(data.get("cls"))
             if issubclass(cls, (enum.Enum, tuple, type)):
@@ -144,7 +144,7 @@ class Rebuilder:
             instance = cls.__new__(cls)
             state = self._rebuild(values)
             if _own_method(cls, "__setstate__"):
-                instance.__setstate__(state)
+                instance.__setstate__(state)  # type: ignore[attr-defined]  # its own, checked above
                 return instance
             if not isinstance(state, dict):
                 raise DecodeError(f"bad state for {data.get('cls')}")

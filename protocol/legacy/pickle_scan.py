@@ -74,7 +74,8 @@ def scan(data: bytes) -> None:
             raise DecodeError("truncated pickle: no STOP")
         op = data[pos]
         if op in _FIXED:
-            end = _FIXED_RUN.match(data, pos).end()
+            run = _FIXED_RUN.match(data, pos)  # matches at least the empty string
+            end = run.end() if run is not None else pos
             pos = end if end > pos else pos + 1 + _FIXED[op]  # an argument cut short: refused below
         elif op == _STOP:
             if pos + 1 != size:

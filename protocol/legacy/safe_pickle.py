@@ -239,7 +239,7 @@ def _fraction(*args: Any) -> _Fraction:
     return _Fraction(args[0], args[1])
 
 
-def _enum_member(enum_class: type[enum.Enum] | type) -> Callable[..., int]:
+def _enum_member(enum_class: type[enum.Enum]) -> Callable[..., int]:
     values = frozenset(member.value for member in enum_class)
 
     def build(*args: Any) -> int:

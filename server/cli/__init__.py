@@ -1,5 +1,19 @@
-"""The command line and the local runner: ``arbiter``'s commands, ``arbiter run``, ``watch``, progress."""
+"""The command line and the local runner: ``arbiter``'s commands, ``arbiter run``, ``watch``, progress.
 
-from arbiter.server.cli.main import main
+``main`` is the ``arbiter`` command (``arbiter.server.cli:main``); it loads the command line only
+when called, so the evaluator's modules that share this package's words and progress lines do not
+load every command with them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from arbiter.server.cli.main import main as run
+
+    return run(argv)
+
 
 __all__ = ["main"]

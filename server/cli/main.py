@@ -1,4 +1,9 @@
-"""The command line: ``arbiter run``, ``serve``, ``generate``, ``watch``, ``report``, ``replay``, ``acl``.
+"""The command line: ``arbiter run``, ``serve``, ``generate``, ``watch``, ``report``, ``replay``,
+``rescore``, ``acl``.
+
+``generate``, ``replay`` and the test data of a ``run`` given none reach a format through its
+hooks (``Format.generate``, ``replay``, ``default_tests``); a format without the hook is a clear
+error naming it.
 
 Environment variables that flatland users already set are read here, at the edge, and only
 here; everything inward gets explicit settings. Precedence: flag > environment > competition.
@@ -8,21 +13,22 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError, ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.cli.parser import DEBUG_TEST_PRESET, DEBUG_TEST_SEED, DEFAULT_SERVICE_ID, build_parser
-from arbiter.server.cli.progress import Progress, plural
+from arbiter.server.cli.parser import DEFAULT_SERVICE_ID, build_parser
+from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, persisted_seed
 from arbiter.server.core.evaluation import State
 from arbiter.server.formats import get_format
-from arbiter.server.formats.flatland.generate import cached_test_set, generate_test_set
 from arbiter.server.service.process_memory import keep_freed_memory
 
 EXIT_CODES = {State.SUCCESS.value: 0, State.FAILED.value: 1, State.INTERRUPTED.value: 130}
@@ -80,10 +86,11 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
 
 
 def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None:
-    """Flag, competition key, then flatland's variable (for the Flatland format only: another
-    format's data is never a Flatland test folder)."""
-    legacy = os.environ.get("AICROWD_TESTS_FOLDER") if spec.format == "flatland" else None
-    return args.tests or spec.tests or legacy
+    """Flag, competition key, then the variable the format's community sets (Flatland's
+    AICROWD_TESTS_FOLDER; read for that format only: another format's data is never a Flatland
+    test folder)."""
+    variable = get_format(spec.format).tests_variable
+    return args.tests or spec.tests or (os.environ.get(variable) if variable else None)
 
 
 REDIS_SCHEMES = ("redis", "rediss", "unix")
@@ -148,7 +155,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     tests = resolve_tests(args, spec)
     if not tests and get_format(spec.format).requires_tests:
-        tests = str(cached_test_set(DEBUG_TEST_PRESET, DEBUG_TEST_SEED))
+        tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
     outcome = run_local(
         spec,
@@ -210,20 +217,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_CODES[summary["state"]]
 
 
-def cmd_generate(args: argparse.Namespace) -> int:
-    if args.format == "metalc":
-        from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta_dataset
+def format_hook(format_name: str, hook: str, lacking: str) -> Callable[..., Any]:
+    """The format's ``hook``, or a one-line error naming the format and what it lacks."""
+    found = getattr(get_format(format_name), hook)
+    if found is None:
+        raise ConfigError(f"format {format_name!r} has no {lacking}")
+    return found
 
-        settings = GeneratorSettings(
-            args.datasets, args.algorithms, args.seed or 0, args.missing_fraction, args.duplicate_fraction
-        )
-        written = write_meta_dataset(args.out, settings)
-        counts = [plural(args.datasets, "dataset"), plural(args.algorithms, "algorithm"), plural(written, "file")]
-        print(f"wrote a synthetic MetaLC meta-dataset ({', '.join(counts)}) to {args.out}")
-        return 0
-    seed = DEBUG_TEST_SEED if args.seed is None else args.seed
-    paths = generate_test_set(args.out, preset=args.preset, seed=seed, overwrite=args.overwrite)
-    print(f"wrote {plural(len(paths), 'env')} and metadata.csv to {args.out}")
+
+GENERATE_OPTIONS = ("preset", "seed", "overwrite", "datasets", "algorithms", "missing_fraction", "duplicate_fraction")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    generate = format_hook(args.format, "generate", "test-data generator: `arbiter generate` cannot write its data")
+    print(generate(args.out, {name: getattr(args, name) for name in GENERATE_OPTIONS}))
     return 0
 
 
@@ -275,27 +282,26 @@ def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from arbiter.server.formats.flatland.replay import replay_to_gif
+    from arbiter.server.core.rescore import evaluation_format
 
-    outcome = replay_to_gif(
-        args.results,
-        args.episode,
-        out=args.out,
-        tests=args.tests,
-        renderer=args.renderer,
-        fps=args.fps,
-        every=args.every,
-        progress=sys.stderr,
-    )
-    print(f"rendered {plural(outcome.frames, 'frame')} of episode {outcome.index} ({outcome.env}) into {args.out}")
-    if not outcome.matches:
-        print(f"the replay does NOT match the recorded episode: {'; '.join(outcome.mismatches)}", file=sys.stderr)
+    format_name = evaluation_format(args.results)
+    replay = format_hook(format_name, "replay", f"replays: `arbiter replay` cannot play {args.results} again")
+    options = {"out": args.out, "tests": args.tests, "renderer": args.renderer, "fps": args.fps, "every": args.every}
+    lines, mismatches = replay(args.results, args.episode, options, sys.stderr)
+    for line in lines:
+        print(line)
+    if mismatches:
+        print(f"the replay does NOT match the recorded episode: {'; '.join(mismatches)}", file=sys.stderr)
         return 1
-    print(
-        f"the replay matches the recorded episode: {plural(outcome.steps, 'step')}, "
-        f"{outcome.arrived}/{outcome.num_agents} arrived, reward {outcome.reward:g}"
-    )
     return 0
+
+
+def cmd_rescore(args: argparse.Namespace) -> int:
+    from arbiter.server.core.rescore import as_text, rescore
+
+    found = rescore(args.results, args.scoring)
+    print(json.dumps(found.as_dict(), indent=2) if args.json else as_text(found))
+    return 0 if found.matches else 1
 
 
 # Budget decisions are made in the main thread while the next episode is prepared in a
@@ -312,7 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
-    handlers.update({"watch": cmd_watch, "replay": cmd_replay})
+    handlers.update({"watch": cmd_watch, "replay": cmd_replay, "rescore": cmd_rescore})
     handlers["report"] = cmd_report
     try:
         return handlers[args.command](args)

@@ -11,14 +11,11 @@ from arbiter.server.core.competition import (
     DEBUG_EPISODES,
     DEBUG_OVERALL_S,
     DEFAULT_COMPETITION,
-    SECRET_SEED_FORMATS,
     preset_names,
     preset_paths,
 )
-from arbiter.server.formats.flatland.generate import PRESETS
+from arbiter.server.formats import format_names
 
-DEBUG_TEST_PRESET = "debug"
-DEBUG_TEST_SEED = 42
 DEFAULT_SERVICE_ID = "T12345"  # flatland's client's default submission id
 
 
@@ -141,8 +138,7 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     )
     seed_default = f"the competition's; {default_competition.get('seed')} in {DEFAULT_COMPETITION}"
     if not run:
-        secret = " or ".join(SECRET_SEED_FORMATS)
-        seed_default += f"; a hosted {secret} evaluation draws a secret one unless one is chosen"
+        seed_default += "; a hosted evaluation of a format whose seeds stay secret (two-phase, DIAMBRA) draws one"
     parser.add_argument(
         "--seed", type=int, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
     )
@@ -150,8 +146,8 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         "--record",
         type=_count,
         metavar="N",
-        help="Flatland: keep the actions of the first N episodes for `arbiter replay` "
-        "(default: the competition's record_episodes, 0 in its presets)",
+        help="keep the actions of the first N episodes for `arbiter replay`, in formats that record them "
+        "(flatland) (default: the competition's record_episodes, 0 in its presets)",
     )
     parser.add_argument(
         "--planning-timeout",
@@ -251,6 +247,71 @@ def _watch_and_replay_parsers(commands: argparse._SubParsersAction) -> None:
     replay.add_argument("--every", type=_positive(int), metavar="K", help="draw every K-th step (default: 500 frames)")
 
 
+def _generate_parser(commands: argparse._SubParsersAction) -> None:
+    """``arbiter generate``: each option is read by the generator of one format (its help says
+    which); the generator refuses an option it does not read."""
+    generate = commands.add_parser(
+        "generate",
+        help="write a format's test data: a Flatland test folder, or a synthetic MetaLC meta-dataset (--format metalc)",
+    )
+    generate.add_argument("--out", required=True, metavar="DIR", help="the folder to write")
+    generate.add_argument(
+        "--format",
+        default="flatland",
+        choices=format_names(),
+        help="whose test data to write (default: flatland)",
+    )
+    generate.add_argument(
+        "--preset", metavar="NAME", help="flatland: the test set's preset, e.g. debug (8 envs, the default) or tiny"
+    )
+    generate.add_argument(
+        "--seed", type=int, help="the generator's seed: the same seed writes the same data (default: the format's)"
+    )
+    generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
+    generate.add_argument(
+        "--datasets", type=int, metavar="N", help="metalc: datasets, at least 6, one per fold (default: 12)"
+    )
+    generate.add_argument("--algorithms", type=int, metavar="N", help="metalc: algorithms (default: 6)")
+    generate.add_argument(
+        "--missing-fraction", type=float, metavar="F", help="metalc: share of curves left out (default: 0)"
+    )
+    generate.add_argument(
+        "--duplicate-fraction",
+        type=float,
+        metavar="F",
+        help="metalc: share of curves with a repeated time (default: 0)",
+    )
+
+
+def _rescore_parser(commands: argparse._SubParsersAction) -> None:
+    rescore = commands.add_parser(
+        "rescore",
+        help="recompute an evaluation's score from its results folder and check it against summary.json",
+        description="Recompute the score of a finished evaluation from its results folder alone: summary.json "
+        "names the format, the scoring rule and the format's options, episodes.jsonl holds the records. The "
+        "rule is rebuilt from them, the format derives its per-record figures again from the raw fields where "
+        "it has such figures (flatland: each episode's normalized return and arrived fraction), and the records "
+        "are scored. Every figure is compared with the recorded one: the score in summary.json and the derived "
+        "figures in episodes.jsonl (numbers to 1e-12). An evaluation that did not end in SUCCESS has no score; "
+        "it matches when summary.json has none either.",
+        epilog="exit status: 0 when every figure matches, 1 when one differs (each difference is named), 2 when "
+        "the folder cannot be rescored (no summary.json, unknown rule ...)",
+    )
+    rescore.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
+    rescore.add_argument(
+        "--json",
+        action="store_true",
+        help="print the recomputed and recorded scores, the differences and the verdict as one JSON object "
+        "(default: a table of every figure, then the verdict)",
+    )
+    rescore.add_argument(
+        "--scoring",
+        metavar="RULE",
+        help="score with another rule of the format, e.g. flatland3 for a neurips2020 evaluation; the result "
+        "then differs from summary.json's by its rule (default: the rule summary.json names)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -269,23 +330,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
     )
 
-    generate = commands.add_parser(
-        "generate", help="write a Flatland test folder, or a synthetic MetaLC meta-dataset (--format metalc)"
-    )
-    generate.add_argument("--out", required=True, metavar="DIR")
-    generate.add_argument(
-        "--format", default="flatland", choices=["flatland", "metalc"], help="what to write (default: flatland)"
-    )
-    generate.add_argument("--preset", default=DEBUG_TEST_PRESET, choices=sorted(PRESETS), help="flatland: size")
-    generate.add_argument("--seed", type=int, default=None, help=f"default {DEBUG_TEST_SEED} (flatland), 0 (metalc)")
-    generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
-    generate.add_argument("--datasets", type=int, default=12, help="metalc: datasets (at least 6, one per fold)")
-    generate.add_argument("--algorithms", type=int, default=6, help="metalc: algorithms")
-    generate.add_argument("--missing-fraction", type=float, default=0.0, help="metalc: share of curves left out")
-    generate.add_argument(
-        "--duplicate-fraction", type=float, default=0.0, help="metalc: share of curves with a repeated time"
-    )
+    _generate_parser(commands)
     _watch_and_replay_parsers(commands)
+    _rescore_parser(commands)
     acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
     acl.add_argument("--service-id", required=True)
     acl.add_argument("--password", required=True, help="the participant's Redis password (printed only hashed)")

@@ -6,6 +6,8 @@ import sys
 import time
 from typing import Any, TextIO
 
+from arbiter.server.core.words import count_items, item_noun, plural  # noqa: F401 (used here and by watch)
+
 
 def _duration(seconds: float) -> str:
     seconds = max(0, int(seconds))
@@ -22,28 +24,6 @@ def bank_note(record: dict[str, Any]) -> str:
 
 def _fmt(value: Any, digits: int = 4) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-# What one item of a format's plan is called in the lines people read. A format not named here
-# (or not known, as in events written by an older evaluator) plays episodes.
-ITEM_NOUNS = {
-    "metalc": ("dataset", "datasets"),
-    "two-phase": ("episode or training run", "episodes and training runs"),
-}
-
-
-def item_noun(count: int, format_name: str | None) -> str:
-    singular, plural = ITEM_NOUNS.get(format_name or "", ("episode", "episodes"))
-    return singular if count == 1 else plural
-
-
-def count_items(count: int, format_name: str | None) -> str:
-    """``count`` items in the format's words: "1 episode", "3 datasets"."""
-    return f"{count} {item_noun(count, format_name)}"
-
-
-def plural(count: int, word: str, words: str | None = None) -> str:
-    return f"{count} {word if count == 1 else (words or word + 's')}"
 
 
 class Progress:
@@ -72,6 +52,8 @@ class Progress:
             note += "  ABANDONED"
         elif record["skipped"]:
             note += "  NOT PLAYED"
+        elif record.get("ended") == "step_limit":
+            note += "  STEP LIMIT"
         text = evaluation.plan.progress_text(record)
         if text is None:  # the format shows this record with its item's last one
             return
@@ -95,7 +77,7 @@ def results_table(summary: dict[str, Any], records: list[dict[str, Any]], result
         if row is None:
             continue
         note = "timeout " + r["timeout"] if r["timed_out"] else ("abandoned" if r["abandoned"] else "")
-        note = "not played" if r["skipped"] else note
+        note = "not played" if r["skipped"] else "step limit" if r.get("ended") == "step_limit" else note
         rows.append(f"{r['index']:>3}  {row}  {note}".rstrip())
     lines = ["", f"{'#':>3}  {plan.table_header()}  note", *rows] if rows else []
     score = summary["score"]

@@ -35,6 +35,7 @@ from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_
 from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import State
+from arbiter.server.formats import get_format
 from arbiter.server.service.build import run_to_end, start_service
 
 log = logging.getLogger(__name__)
@@ -197,7 +198,7 @@ def run_local(
     agent: AgentProcess | None = None
     announcement: str | None = None
     created = _first_missing(results_dir)  # removed again if the run fails before the agent starts
-    flatland = spec.format == "flatland"  # only Flatland agents may use flatland's own client
+    tcp_clients = get_format(spec.format).tcp_clients  # flatland-rl's own client knows only TCP
     legacy_host = None
     redis_label = None  # how the start line names the Redis: by default, the URL
     agent_started = False
@@ -208,9 +209,9 @@ def run_local(
             # arbiter's own sides speak over the unix socket; flatland's client over TCP
             redis_url = embedded.local_url
             legacy_host = HOST
-            if flatland and redis_url != embedded.url:
+            if tcp_clients and redis_url != embedded.url:
                 redis_label = f"{redacted(redis_url)} (flatland's client: {redacted(embedded.url)})"
-            if flatland and embedded.port != 6379:
+            if tcp_clients and embedded.port != 6379:
                 progress.note(
                     f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
                     "flatland's FlatlandRemoteClient with its default port will not reach it"
@@ -235,7 +236,7 @@ def run_local(
             except OSError as exc:
                 # The command passed the check above, yet cannot run (a program built for another
                 # system, say): nothing was evaluated, so nothing of this run is kept.
-                service.evaluation.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
+                service.evaluation.endings.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
                 service.transport.close()
                 raise ConfigError(f"cannot start the agent {agent_command!r}: {exc}") from None
             agent_started = True

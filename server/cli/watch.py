@@ -299,6 +299,8 @@ def episode_line(event: dict[str, Any]) -> str:
         note += "  ABANDONED"
     elif event.get("skipped"):
         note += "  NOT PLAYED"
+    elif event.get("ended") == "step_limit":
+        note += "  STEP LIMIT"
     where = f"[{event.get('episodes_done')}/{event.get('episodes_total')}]"
     if "text" in event:
         if event["text"] is None:

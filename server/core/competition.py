@@ -70,8 +70,8 @@ class CompetitionSpec:
         record = self.record_episodes
         if isinstance(record, bool) or not isinstance(record, int) or record < 0:
             raise ConfigError(f"{self.name}: record_episodes must be a whole number >= 0")
-        if record and self.format != "flatland":
-            raise ConfigError(f"{self.name}: record_episodes (replays) exists for the flatland format only")
+        if record and get_format(self.format).recorder is None:
+            raise ConfigError(f"{self.name}: record_episodes (replays): format {self.format!r} has no recorder")
         if not isinstance(self.accept_pickle, bool):
             raise ConfigError(f"{self.name}: accept_pickle must be true or false")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
@@ -93,7 +93,10 @@ class CompetitionSpec:
         return dataclasses.replace(self, budgets=dataclasses.replace(self.budgets, **given)) if given else self
 
     def options_dict(self) -> dict[str, Any] | None:
-        return dataclasses.asdict(self.options) if dataclasses.is_dataclass(self.options) else None
+        options = self.options
+        if dataclasses.is_dataclass(options) and not isinstance(options, type):
+            return dataclasses.asdict(options)
+        return None
 
     def as_dict(self) -> dict[str, Any]:
         found = dataclasses.asdict(self)
@@ -204,11 +207,11 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
 # -- the seed of a hosted evaluation ------------------------------------------------------------
 
 SEED_FILE = "seed.json"  # in the results folder: the seed a hosted evaluation started with
-# Formats whose env lives on the server, seeded by the competition seed: there the seed is a
-# secret worth keeping. Flatland's protocol hands every reset's seed to the client, which
-# rebuilds the env with it (a drawn seed would hide nothing, and flatland-rl's evaluator uses
-# 1001); MetaLC's runs are seeded as the challenge seeded them, whatever the competition's seed.
-SECRET_SEED_FORMATS = ("two-phase", "diambra")
+# Which formats keep their seed secret is theirs to say (Format.secret_seed): it is worth keeping
+# where the env lives on the server, seeded by the competition seed. Flatland's protocol hands
+# every reset's seed to the client, which rebuilds the env with it (a drawn seed would hide
+# nothing, and flatland-rl's evaluator uses 1001); MetaLC's runs are seeded as the challenge
+# seeded them, whatever the competition's seed.
 # Bits of a drawn seed: every reset's seed is derived from it (numpy's SeedSequence), and the
 # episodes reveal theirs once over; too many bits to find the drawn one from them by search.
 DRAWN_SEED_BITS = 64
@@ -255,7 +258,7 @@ def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hos
     """The spec with the seed the evaluation in ``results_dir`` resets with.
 
     Not hosted (``arbiter run``): the spec's seed, as it is. Hosted (``arbiter serve``): a fresh
-    evaluation of a format in ``SECRET_SEED_FORMATS`` draws a seed unless the spec's is fixed,
+    evaluation of a format whose seed is secret (``Format.secret_seed``) draws a seed unless the spec's is fixed,
     and every hosted evaluation writes its seed to the results folder before it starts (the
     participant never sees it; the summary records it at the end). A resumed one reads it back,
     so it resets with the seeds it started with."""
@@ -270,12 +273,12 @@ def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hos
                     f"({seed_file(results_dir)}); resume it without a seed, or with that one"
                 )
             return dataclasses.replace(spec, seed=found["seed"], seed_fixed=True)
-        if not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS and _has_records(results_dir):
+        if not spec.seed_fixed and get_format(spec.format).secret_seed and _has_records(results_dir):
             raise ConfigError(
                 f"{results_dir} holds episodes but not the seed they were played with ({SEED_FILE}); "
                 "give it with --seed N to resume"
             )
-    drawn = not spec.seed_fixed and spec.format in SECRET_SEED_FORMATS
+    drawn = not spec.seed_fixed and get_format(spec.format).secret_seed
     seed = secrets.randbits(DRAWN_SEED_BITS) if drawn else spec.seed
     _write_seed_file(results_dir, seed, drawn=drawn)
     return dataclasses.replace(spec, seed=seed, seed_fixed=True)

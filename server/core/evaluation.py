@@ -45,7 +45,7 @@ from arbiter.server.service.results import ResultsStore
 log = logging.getLogger(__name__)
 
 
-class Evaluation(Endings, Restarts):
+class Evaluation:
     def __init__(
         self,
         plan: Plan,
@@ -69,7 +69,7 @@ class Evaluation(Endings, Restarts):
         self.options = options  # the format's competition keys, for the summary
         # Server-side formats answer every step with the observation; Flatland's client mirrors
         # its env and answers itself, so its steps are answered only when asked (the legacy wire).
-        self.server_side: bool = getattr(plan, "server_side", True)
+        self.server_side: bool = plan.server_side
         self.rule = rule
         self.budgets = budgets
         self.store = store
@@ -84,7 +84,7 @@ class Evaluation(Endings, Restarts):
         self.state = State.RUNNING
         self.termination_cause = ""
         self.records: list[dict[str, Any]] = []
-        self._running_score: tuple[int, float | None] = (0, None)  # (records it was computed from, score)
+        self.running_score_cache: tuple[int, float | None] = (0, None)  # (records it was computed from, score)
         self.current: OpenItem | None = None
         self.item_budgets = budgets  # the running item's budgets (an item may have its own)
         self.stage_at: float | None = None  # the running item's stage deadline, if it has one
@@ -116,8 +116,12 @@ class Evaluation(Endings, Restarts):
         # The next item, opened ahead while the evaluator would otherwise wait (see prepare_ahead),
         # so loading its env rarely sits between an ENV_CREATE and its reply. Only for plans whose
         # items have envs of their own: opening one must not touch the running item's env.
-        self._prepare_ahead: bool = getattr(plan, "prepare_ahead", False)
-        self._prepared: tuple[int, OpenItem | Exception] | None = None
+        self._prepare_ahead: bool = plan.prepare_ahead
+        self.prepared: tuple[int, OpenItem | Exception] | None = None
+        # Its two parts, each read on its own: how it ends (deadlines, timeouts, the final state)
+        # and who plays it (restarts, takeovers, a client of another format).
+        self.endings = Endings(self)
+        self.restarts = Restarts(self)
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -128,6 +132,13 @@ class Evaluation(Endings, Restarts):
     @property
     def total(self) -> int:
         return len(self.items)
+
+    def elapsed_s(self, now: float) -> float:
+        """Overall budget used so far, across restarts (downtime between runs is not counted)."""
+        return self.used_before_s + (now - self.started_at if self.started_at is not None else 0.0)
+
+    def time_left_s(self, now: float) -> float:
+        return max(0.0, self.budgets.overall_s - self.elapsed_s(now))
 
     def restore(self, records: list[dict[str, Any]]) -> None:
         """Continue a killed evaluation after its last finished item (``--resume``)."""
@@ -147,7 +158,7 @@ class Evaluation(Endings, Restarts):
 
     def on_ping(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
-        self.client_formats_check(extension(payload), now)
+        self.restarts.client_formats_check(extension(payload), now)
         version = payload.get("version") if isinstance(payload, dict) else None
         self.client_version = str(version)[:64] if version is not None else None
         body = {
@@ -172,7 +183,7 @@ class Evaluation(Endings, Restarts):
             # The first reset after a restart: from inside an item (a reset within it, or one for
             # an item after it) it cannot go on; from between items it goes on where it is.
             if ext.get("within") is True or (type(wanted) is int and wanted > self.next_index):
-                self.restart_lost(now)
+                self.restarts.restart_lost(now)
             self.restarted = False
         if current is not None:
             if current.spans_resets:
@@ -184,7 +195,7 @@ class Evaluation(Endings, Restarts):
                         f"name it (its next episode) or a later item, below {self.total}; nothing was applied"
                     )
             self.counters["abandoned_episodes"] += 1
-            self._record_current(now, finished=False, abandoned=True)
+            self.record_current(now, finished=False, abandoned=True)
         elif type(wanted) is int and wanted < self.next_index and self.records and self.records[-1]["index"] == wanted:
             # A reset for the stage that just ended, sent before the client heard: its stage is
             # over (timed out, or ended by the evaluator) and the next item is not handed out for it.
@@ -192,7 +203,7 @@ class Evaluation(Endings, Restarts):
                 raise TimeoutException(f"item {wanted} timed out; call env_create() for the next item")
             raise OutOfOrder(f"item {wanted} is over; call env_create() for the next item")
         if self.next_index >= self.total:
-            self._set_wait(Wait.SUBMIT, now)
+            self.set_wait(Wait.SUBMIT, now)
             done: dict[str, Any] = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
             if self.server_side:
                 done[EXTENSION_KEY] = {"finished": True}
@@ -211,7 +222,7 @@ class Evaluation(Endings, Restarts):
         self._episode_started = ready
         stage_budget = self.current.stage_budget_s
         self.stage_at = ready + stage_budget if stage_budget is not None else None
-        self._set_wait(Wait.PLANNING, ready)
+        self.set_wait(Wait.PLANNING, ready)
         return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
 
     def _next_reset(self, current: OpenItem, now: float) -> dict[str, Any]:
@@ -220,7 +231,7 @@ class Evaluation(Endings, Restarts):
         if self.wait is Wait.STEP:
             self._draw_bank(now - self.wait_started - self.item_budgets.step_s)
         body = self._with_item(current.next_reset(), current.item)
-        self._set_wait(Wait.STEP, self.clock())
+        self.set_wait(Wait.STEP, self.clock())
         return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
 
     def _with_item(self, body: dict[str, Any], item: Item) -> dict[str, Any]:
@@ -236,7 +247,7 @@ class Evaluation(Endings, Restarts):
         episode = self.current
         if episode is None:
             if self.restarted:  # a step of the item the killed evaluator was running
-                self.restart_lost(now)
+                self.restarts.restart_lost(now)
             if self.wait is Wait.AFTER_TIMEOUT or (self.records and self.records[-1]["timed_out"]):
                 # A step of the episode that already timed out: late, ignored, never applied.
                 self.counters["late_steps"] += 1
@@ -266,9 +277,9 @@ class Evaluation(Endings, Restarts):
         body = reply(FLATLAND_RL.ENV_STEP_RESPONSE, episode.step_reply(invalid)) if wants_reply else None
         if done:
             self.successive_timeouts = 0
-            self._record_current(finished_step, finished=True)
+            self.record_current(finished_step, finished=True)
         else:
-            self._set_wait(Wait.STEP, finished_step)
+            self.set_wait(Wait.STEP, finished_step)
         return body
 
     def _draw_bank(self, over_budget_s: float) -> None:
@@ -278,10 +289,10 @@ class Evaluation(Endings, Restarts):
     def on_submit(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
         if self.next_index >= self.total and self.current is None:
-            self.finish(State.SUCCESS, f"all {self.items_said(self.total)} evaluated", now)
+            self.endings.finish(State.SUCCESS, f"all {self.endings.items_said(self.total)} evaluated", now)
         else:
             played = len({r["index"] for r in self.records}) + (self.current is not None)
-            self._end_early(f"ENV_SUBMIT after {played} of {self.items_said(self.total)}", now)
+            self.endings._end_early(f"ENV_SUBMIT after {played} of {self.endings.items_said(self.total)}", now)
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
     def preparation_pending(self) -> bool:
@@ -290,7 +301,7 @@ class Evaluation(Endings, Restarts):
             self._prepare_ahead
             and not self.finished
             and index < self.total
-            and (self._prepared is None or self._prepared[0] != index)
+            and (self.prepared is None or self.prepared[0] != index)
         )
 
     def prepare_ahead(self) -> None:
@@ -299,14 +310,14 @@ class Evaluation(Endings, Restarts):
         if self.preparation_pending():
             index = self.next_index
             try:
-                self._prepared = (index, self.plan.open(self.items[index]))
+                self.prepared = (index, self.plan.open(self.items[index]))
             except Exception as exc:  # raised when the episode is asked for, where it can be reported
-                self._prepared = (index, exc)
+                self.prepared = (index, exc)
 
     def _open(self, index: int) -> OpenItem:
-        if self._prepared is not None and self._prepared[0] == index:
-            opened = self._prepared[1]
-            self._prepared = None
+        if self.prepared is not None and self.prepared[0] == index:
+            opened = self.prepared[1]
+            self.prepared = None
             if isinstance(opened, Exception):
                 raise opened
             return opened
@@ -318,11 +329,11 @@ class Evaluation(Endings, Restarts):
         if self.started_at is None:
             self.started_at = now
 
-    def _set_wait(self, wait: Wait, since: float) -> None:
+    def set_wait(self, wait: Wait, since: float) -> None:
         self.wait = wait
         self.wait_started = since
 
-    def _record_current(
+    def record_current(
         self, now: float, *, finished: bool, timeout: str | None = None, abandoned: bool = False
     ) -> None:
         opened = self.current
@@ -333,11 +344,11 @@ class Evaluation(Endings, Restarts):
             records = opened.records(finished=finished, timeout=timeout, abandoned=abandoned)
         finally:
             opened.close()
-        self._write(opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned)
+        self.write_item(opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned)
         if finished or abandoned:
-            self._set_wait(Wait.NEXT_EPISODE, now)
+            self.set_wait(Wait.NEXT_EPISODE, now)
 
-    def _write(
+    def write_item(
         self,
         item: Item,
         format_records: list[dict[str, Any]],
@@ -361,7 +372,7 @@ class Evaluation(Endings, Restarts):
             time_bank_used_s=self.bank.used_s,
             client=self.client_session if played else None,
         )
-        records = merge_records(item.index, item.key, format_records, item_core, last_core)
+        records = merge_records(item.index, item.unit, format_records, item_core, last_core)
         self.store.add_episodes(records)
         # All of the item's records first, then one notice each: the score so far that every
         # notice shows is the item's, computed once (a training run may hold thousands of episodes).
@@ -383,9 +394,9 @@ class Evaluation(Endings, Restarts):
             return None
         # Asked after every episode (progress line, events), between a step and the next reply:
         # the primary alone, once per item (records are only added, so their count dates it).
-        if self._running_score[0] != len(self.records):
-            self._running_score = (len(self.records), self.rule.primary(self.records))
-        return self._running_score[1]
+        if self.running_score_cache[0] != len(self.records):
+            self.running_score_cache = (len(self.records), self.rule.primary(self.records))
+        return self.running_score_cache[1]
 
     def submit_payload(self) -> dict[str, Any]:
         return evaluation_summary.submit_payload(self)

@@ -1,10 +1,10 @@
 """Who plays an evaluation, and what a change of agent costs: an agent that lived through the
 evaluator's restart, a new agent after a restart, a restarted agent taking over a live
-evaluation, and a client made for another format. The Evaluation's third part (mixed into
-``Evaluation`` like its endings: it works on the same state, and is apart so that each part can
-be read on its own).
+evaluation, and a client made for another format. The Evaluation's third part
+(``evaluation.restarts``; like its endings it works on the evaluation's state, and is apart so
+that each part can be read on its own).
 
-What an item depends on decides what a change costs (``Item.group``, server/resume.py):
+What an item depends on decides what a change costs (``Item.group``, core/resume.py):
 
 - After ``--resume`` (the evaluator was killed: nothing the agent did) nothing is held against
   the agent, and no score mixes the agent that built a group's state with one that did not:
@@ -18,7 +18,7 @@ What an item depends on decides what a change costs (``Item.group``, server/resu
     at) and the item is played again from its start, with its whole group when it has one (the
     agent's state moved on inside it). arbiter's runners rebuild their agent there; any other
     agent stops with that message and is restarted.
-- In a live evaluation a restarted agent that takes over (server/clients.py) left its item timed
+- In a live evaluation a restarted agent that takes over (core/gate.py) left its item timed
   out. The rest of that item's group could only be played by an agent without the state it
   depends on, and playing the group again would reward the crash with a second try: the rest of
   the group is recorded as not played, and the new agent goes on with the next group.
@@ -27,7 +27,7 @@ What an item depends on decides what a change costs (``Item.group``, server/resu
 from __future__ import annotations
 
 import logging
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from arbiter.protocol.errors import EvaluatorRestarted, WrongFormat
 from arbiter.protocol.messages import FLATLAND_RL
@@ -35,25 +35,35 @@ from arbiter.server.core.endings import State
 from arbiter.server.core.resume import group_bounds
 from arbiter.server.formats import get_format
 
+if TYPE_CHECKING:
+    from arbiter.server.core.evaluation import Evaluation
+
 log = logging.getLogger("arbiter.server.core.evaluation")
 
 RESTART_HINT = "arbiter's runners rebuild the agent there by themselves; any other agent must be restarted"
 
 
 class Restarts:
+    """Who plays the evaluation and what a change of agent costs (see the module's docstring).
+    Like the endings, it works on its evaluation's state and owns none of its own."""
+
+    def __init__(self, evaluation: Evaluation) -> None:
+        self.evaluation = evaluation
+
     def client_bound(
         self, session: str | None, now: float, *, handshake_type: str | None, took_over: bool, legacy: bool
     ) -> None:
-        """A client was bound to the evaluation by the request being handled (server/clients.py)."""
-        self.client_session = session
-        if legacy and self.server_side:
+        """A client was bound to the evaluation by the request being handled (core/gate.py)."""
+        evaluation = self.evaluation
+        evaluation.client_session = session
+        if legacy and evaluation.server_side:
             self.refuse_wrong_client("flatland-rl's FlatlandRemoteClient, a Flatland client", now)
-        if self.restarted:
+        if evaluation.restarted:
             starts_afresh = handshake_type == FLATLAND_RL.PING or (
-                self.previous_client is not None and session != self.previous_client
+                evaluation.previous_client is not None and session != evaluation.previous_client
             )
             if starts_afresh:
-                self.restarted = False
+                evaluation.restarted = False
                 self._back_to_group_start("a new agent after the evaluator restarted", now)
             return
         if took_over:
@@ -63,11 +73,12 @@ class Restarts:
         """A PING may say which formats its client plays (``formats``: a list of names, or
         ``"server-side"`` for any format whose env is the server's) and what it is (``client``);
         a client of another format ends the evaluation at once, with both named."""
+        evaluation = self.evaluation
         formats = ext.get("formats")
         if formats == "server-side":
-            plays = self.server_side
+            plays = evaluation.server_side
         elif isinstance(formats, list) and formats and all(isinstance(f, str) for f in formats):
-            plays = self.format_name in formats
+            plays = evaluation.format_name in formats
         else:
             return  # says nothing (an older client): RemoteEnv and the runners check the PONG too
         if not plays:
@@ -76,20 +87,22 @@ class Restarts:
             self.refuse_wrong_client(f"{name}, a client for {played}", now)
 
     def refuse_wrong_client(self, client: str, now: float) -> NoReturn:
-        clients = get_format(self.format_name).clients
-        cause = f"wrong client: {client} connected to a {self.format_name} evaluation" + (
+        evaluation = self.evaluation
+        clients = get_format(evaluation.format_name).clients
+        cause = f"wrong client: {client} connected to a {evaluation.format_name} evaluation" + (
             f" (its agents run with {clients})" if clients else ""
         )
-        self.finish(State.FAILED, cause, now)
+        evaluation.endings.finish(State.FAILED, cause, now)
         raise WrongFormat(cause)
 
     def restart_lost(self, now: float) -> NoReturn:
         """The agent that lived through a restart was inside the next item: it is played again
         from its start, with its group (see the module docstring)."""
-        lost = self.next_index
-        start = group_bounds(self.items, lost)[0] if lost < self.total else lost
-        self.restarted = False
-        self.counters["restarted_items"] += 1
+        evaluation = self.evaluation
+        lost = evaluation.next_index
+        start = group_bounds(evaluation.items, lost)[0] if lost < evaluation.total else lost
+        evaluation.restarted = False
+        evaluation.counters["restarted_items"] += 1
         if start < lost:
             self._withdraw_from(start, f"the evaluator restarted while the agent played item {lost} of the group", now)
         state = " and the agent state its group built" if start < lost else ""
@@ -100,43 +113,46 @@ class Restarts:
         )
 
     def _back_to_group_start(self, cause: str, now: float) -> None:
-        index = self.next_index
-        if 0 < index < self.total:
-            start = group_bounds(self.items, index)[0]
+        evaluation = self.evaluation
+        index = evaluation.next_index
+        if 0 < index < evaluation.total:
+            start = group_bounds(evaluation.items, index)[0]
             if start < index:
                 self._withdraw_from(start, cause, now)
 
     def _withdraw_from(self, start: int, cause: str, now: float) -> None:
         """Take items ``start`` on out of the results and play them again from ``start``."""
-        withdrawn = self.store.withdraw_from(start)
-        indices = sorted({r["index"] for r in self.records if r["index"] >= start})
-        self.records = [r for r in self.records if r["index"] < start]
-        self._running_score = (-1, None)  # dated by a record count, which may come back
-        self.next_index = start
+        evaluation = self.evaluation
+        withdrawn = evaluation.store.withdraw_from(start)
+        indices = sorted({r["index"] for r in evaluation.records if r["index"] >= start})
+        evaluation.records = [r for r in evaluation.records if r["index"] < start]
+        evaluation.running_score_cache = (-1, None)  # dated by a record count, which may come back
+        evaluation.next_index = start
         # The overall time the withdrawn items took is given back; so is their timeouts' streak.
-        self.used_before_s = float(self.records[-1].get("elapsed_s") or 0.0) if self.records else 0.0
-        self.successive_timeouts = 0
-        for record in reversed(self.records):
+        evaluation.used_before_s = float(evaluation.records[-1].get("elapsed_s") or 0.0) if evaluation.records else 0.0
+        evaluation.successive_timeouts = 0
+        for record in reversed(evaluation.records):
             if not record["timed_out"]:
                 break
-            self.successive_timeouts += 1
-        self.replayed.append(
-            {"items": indices, "group": self.items[start].group, "records": len(withdrawn), "cause": cause}
+            evaluation.successive_timeouts += 1
+        evaluation.replayed.append(
+            {"items": indices, "group": evaluation.items[start].group, "records": len(withdrawn), "cause": cause}
         )
-        self.counters["replayed_items"] += len(indices)
+        evaluation.counters["replayed_items"] += len(indices)
         log.warning("items %s are played again from item %d: %s", indices, start, cause)
-        if self.on_replay is not None:
-            self.on_replay(indices, cause)
+        if evaluation.on_replay is not None:
+            evaluation.on_replay(indices, cause)
 
     def _skip_rest_of_group(self, now: float) -> None:
-        index = self.next_index
-        if not 0 < index < self.total:
+        evaluation = self.evaluation
+        index = evaluation.next_index
+        if not 0 < index < evaluation.total:
             return
-        start, end = group_bounds(self.items, index)
+        start, end = group_bounds(evaluation.items, index)
         if start == index:
             return  # the group had not begun
-        for item in self.items[index:end]:
-            self._write(item, self.plan.unplayed(item), now, played=False)
-        self.next_index = end
-        self.counters["items_not_played_after_takeover"] += end - index
+        for item in evaluation.items[index:end]:
+            evaluation.write_item(item, evaluation.plan.unplayed(item), now, played=False)
+        evaluation.next_index = end
+        evaluation.counters["items_not_played_after_takeover"] += end - index
         log.warning("items %d-%d depend on the state of the agent that was replaced: not played", index, end - 1)

@@ -36,10 +36,10 @@ def resume_point(records: list[dict[str, Any]], items: list[Item]) -> ResumePoin
     if len(units) > len(items):
         raise ConfigError(f"the results folder holds {len(units)} items; this plan has {len(items)}")
     for index, (unit, item) in enumerate(zip(units, items, strict=False)):
-        if unit != item.key:
+        if unit != item.unit:
             raise ConfigError(
                 f"the results folder does not belong to this test set or plan: item {index} "
-                f"is {unit!r} there, {item.key!r} here"
+                f"is {unit!r} there, {item.unit!r} here"
             )
     successive = 0
     for record in reversed(records):

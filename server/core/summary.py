@@ -3,14 +3,66 @@ statistics, and ``summary.json`` (server/evaluation.py owns the state these are 
 
 from __future__ import annotations
 
+import collections
+import dataclasses
 import math
 import platform
+from dataclasses import dataclass
 from typing import Any
 
 from arbiter.protocol.messages import EXTENSION_KEY
 
-# Fields the core adds to every record; a format's own fields of the same name win.
+# How an item ended: the one vocabulary of every record (``ended``), every format alike. The core
+# decides it from how the item's play stopped; a format may only say that an item that finished
+# was stopped by its own limit (a cap on steps) rather than by its env.
+FINISHED = "finished"  # the item's env (or the format's own rule, e.g. a training run that converged) ended it
+STEP_LIMIT = "step_limit"  # the format's own cap on the item (its step limit) cut it short
+PLANNING_TIMEOUT = "planning_timeout"  # the agent took longer than the planning budget for its first step
+STEP_TIMEOUT = "step_timeout"  # ... than the step budget (and its time bank) for a step
+STAGE_TIMEOUT = "stage_timeout"  # ... than the item's stage budget for the whole item
+ABANDONED = "abandoned"  # left before its end: the agent reset, or the evaluation ended early
+NOT_PLAYED = "not_played"  # never handed out (the evaluation ended before it)
+ENDINGS = (FINISHED, STEP_LIMIT, PLANNING_TIMEOUT, STEP_TIMEOUT, STAGE_TIMEOUT, ABANDONED, NOT_PLAYED)
+TIMEOUT_ENDINGS = {"planning": PLANNING_TIMEOUT, "step": STEP_TIMEOUT, "stage": STAGE_TIMEOUT}
+# What the endings read as in the lines and pages people read.
+ENDING_TEXT = {
+    FINISHED: "finished",
+    STEP_LIMIT: "stopped at the step limit",
+    PLANNING_TIMEOUT: "planning budget ran out",
+    STEP_TIMEOUT: "step budget ran out",
+    STAGE_TIMEOUT: "stage budget ran out",
+    ABANDONED: "left before its end",
+    NOT_PLAYED: "not played",
+}
+
+
+def ending(
+    *, finished: bool, timeout: str | None, abandoned: bool, played: bool = True, limit_reached: bool = False
+) -> str:
+    """How an item ended, from how its play stopped (``limit_reached``: the format's own cap
+    stopped an item that otherwise finished)."""
+    if not played:
+        return NOT_PLAYED
+    if timeout is not None:
+        if timeout not in TIMEOUT_ENDINGS:
+            raise ValueError(f"unknown timeout {timeout!r}; the core's budgets are {sorted(TIMEOUT_ENDINGS)}")
+        return TIMEOUT_ENDINGS[timeout]
+    if finished:
+        return STEP_LIMIT if limit_reached else FINISHED
+    return ABANDONED
+
+
+def timeout_of(ended: str) -> str | None:
+    """The budget that ran out, for an item that timed out (``"step"``, ...), else None."""
+    return next((kind for kind, name in TIMEOUT_ENDINGS.items() if name == ended), None)
+
+
+# Fields the core adds to every record. ``index``, ``unit``, ``ended`` and ``last_of_item`` are the
+# core's alone; on the others a format's own field of the same name wins (a training run says
+# which of its episodes a timeout cut short with its own ``timed_out``).
 CORE_FIELDS = (
+    "ended",
+    "last_of_item",
     "timed_out",
     "timeout",
     "abandoned",
@@ -24,6 +76,49 @@ CORE_FIELDS = (
     "elapsed_s",
     "client",
 )
+
+
+OWNED = ("ended", "last_of_item")  # the core's alone: a format's field of these names never wins
+
+
+@dataclass(frozen=True)
+class RecordCore:
+    """The core's part of one item's records. ``timed_out``, ``timeout``, ``abandoned`` and
+    ``skipped`` restate ``ended`` for the readers of results folders that filter on them. The
+    item-wide figures (invalid actions, wall time, planning and think times, the bank) are on the
+    item's last record only, so sums over records count them once."""
+
+    ended: str
+    debug: bool
+    elapsed_s: float  # overall budget used when the item ended (for --resume)
+    client: str | None  # the session of the client that played it (--resume: did that agent live on?)
+    invalid_actions: int = 0
+    wall_s: float | None = None
+    planning_s: float | None = None
+    step_think_s: dict[str, float] | None = None
+    time_bank_used_s: float = 0.0
+
+    @property
+    def timeout(self) -> str | None:
+        return timeout_of(self.ended)
+
+    def fields(self, *, last_of_item: bool) -> dict[str, Any]:
+        return {
+            "ended": self.ended,
+            "last_of_item": last_of_item,
+            "timed_out": self.timeout is not None,
+            "timeout": self.timeout,
+            "abandoned": self.ended == ABANDONED,
+            "skipped": self.ended == NOT_PLAYED,
+            "invalid_actions": self.invalid_actions,
+            "wall_s": self.wall_s,
+            "planning_s": self.planning_s,
+            "step_think_s": self.step_think_s,
+            "time_bank_used_s": self.time_bank_used_s,
+            "debug": self.debug,
+            "elapsed_s": self.elapsed_s,
+            "client": self.client,
+        }
 
 
 def stats(values: Any) -> dict[str, float] | None:
@@ -64,53 +159,67 @@ def core_fields(
     step_think_s: dict[str, float] | None,
     time_bank_used_s: float,
     client: str | None = None,
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The core's fields of an item's records: (for every record, for the item's last one)."""
-    item_core = {
-        "timed_out": timeout is not None,
-        "timeout": timeout,
-        "abandoned": abandoned,
-        "skipped": not played,
-        "invalid_actions": 0,
-        "wall_s": None,
-        "planning_s": None,
-        "step_think_s": None,
-        "time_bank_used_s": 0.0,
-        "debug": debug,
-        "elapsed_s": elapsed_s,  # overall budget used when it ended (for --resume)
-        "client": client,  # the session of the client that played it (--resume: did that agent live on?)
-    }
-    last_core = dict(item_core)
-    if played:
-        last_core.update(
-            invalid_actions=invalid_actions,
-            wall_s=wall_s,
-            planning_s=planning_s,
-            step_think_s=step_think_s,
-            time_bank_used_s=time_bank_used_s,
-        )
-    else:
-        last_core["wall_s"] = 0.0
+) -> tuple[RecordCore, RecordCore]:
+    """The core's part of an item's records: (for every record, for the item's last one)."""
+    ended = ending(finished=not abandoned and timeout is None, timeout=timeout, abandoned=abandoned, played=played)
+    item_core = RecordCore(ended=ended, debug=debug, elapsed_s=elapsed_s, client=client)
+    if not played:
+        return item_core, dataclasses.replace(item_core, wall_s=0.0)
+    last_core = dataclasses.replace(
+        item_core,
+        invalid_actions=invalid_actions,
+        wall_s=wall_s,
+        planning_s=planning_s,
+        step_think_s=step_think_s,
+        time_bank_used_s=time_bank_used_s,
+    )
     return item_core, last_core
 
 
+def settled_ending(said: Any, core: str, unit: str) -> str:
+    """The ending of an item whose record says ``said``: the core's, or the one refinement a
+    format may make (its own limit stopped an item that finished). Anything else is a fault of
+    the format, said with the item it happened on."""
+    if said is None or said == core:
+        return core
+    if said == STEP_LIMIT and core == FINISHED:
+        return STEP_LIMIT
+    raise ValueError(
+        f"item {unit!r}: the format's record says ended={said!r}, but the item ended {core!r}; a format may "
+        f"only say {STEP_LIMIT!r} for an item that finished (endings: {', '.join(ENDINGS)})"
+    )
+
+
 def merge_records(
-    index: int, unit: str, format_records: list[dict[str, Any]], item_core: dict[str, Any], last_core: dict[str, Any]
+    index: int, unit: str, format_records: list[dict[str, Any]], item_core: RecordCore, last_core: RecordCore
 ) -> list[dict[str, Any]]:
     """The records of one item as written: ``index`` and ``unit`` (the item's key, which --resume
-    checks), the format's fields, then the core's. Item-wide figures (wall time, think times,
-    invalid actions, the bank) go on the item's last record only, so sums over records count
-    them once; the others carry what is true of each record."""
+    checks), the format's fields, then the core's (``RecordCore``); ``last_of_item`` marks the
+    item's last record, which alone carries the item-wide figures."""
+    if not format_records:
+        raise ValueError(f"item {unit!r}: the format gave no record (every item has at least one)")
+    ended = settled_ending(format_records[-1].get("ended"), item_core.ended, unit)
+    every = item_core.fields(last_of_item=False)
+    every["ended"] = ended
+    last = last_core.fields(last_of_item=True)
+    last["ended"] = ended
     merged = []
-    last = len(format_records) - 1
+    final = len(format_records) - 1
     for i, fields in enumerate(format_records):
+        settled_ending(fields.get("ended"), item_core.ended, unit)
         record: dict[str, Any] = {"index": index, "unit": unit, **fields}
-        core = last_core if i == last else item_core
+        core = last if i == final else every
         for key in CORE_FIELDS:
-            if key not in record:
+            if key in OWNED or key not in record:
                 record[key] = core[key]
         merged.append(record)
     return merged
+
+
+def items_ended(records: list[dict[str, Any]]) -> dict[str, int]:
+    """How many items ended each way (each item counted once, at its last record)."""
+    found = collections.Counter(r.get("ended") for r in records if r.get("last_of_item", True))
+    return {name: found[name] for name in ENDINGS if found[name]}
 
 
 def counts(total: int, records: list[dict[str, Any]]) -> dict[str, int]:
@@ -150,7 +259,11 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "termination_cause": evaluation.termination_cause,
         "episodes": counts(len(evaluation.items), records),
         # The plan's items (an episode, or a training run of many episodes) and how many ended.
-        "items": {"total": len(evaluation.items), "recorded": len({r["index"] for r in records})},
+        "items": {
+            "total": len(evaluation.items),
+            "recorded": len({r["index"] for r in records}),
+            "ended": items_ended(records),
+        },
         "budgets": evaluation.budgets.as_dict(),
         "counters": dict(evaluation.counters),
         # Items taken out of the results and played again after an evaluator restart (their
@@ -167,7 +280,7 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "options": evaluation.options,
         "client_version": evaluation.client_version,
         "started_at": evaluation.started_wall,
-        "versions": versions(getattr(plan, "packages", ())),
+        "versions": versions(plan.packages),
     }
 
 

@@ -1,4 +1,5 @@
-"""What a competition format supplies to the core, and the small helpers formats share.
+"""What a competition format supplies to the core: base classes with working defaults, so a
+format writes only what is its own.
 
 The core (evaluation, service, budgets, client gate, results, events, resume, the report's frame)
 plays a format's **plan**: an ordered list of items, each an episode or a stage of several
@@ -9,25 +10,46 @@ item with the requests it gets:
                                                       spans resets, such as a training run)
     ENV_STEP    → item.sanitize(action) → item.step(clean) → item.step_reply(...)
     item over, timed out, abandoned → item.records(...) → results, then item.close()
+    evaluation ended before an item → plan.unplayed(item) → results
 
-The core owns every budget, timeout and ending; an item owns its env and the record fields of its
-format. The records an item returns are plain dicts written to ``episodes.jsonl`` and are all a
-scoring rule ever sees, so scores recompute offline.
+The core owns every budget, timeout and ending (``core/summary.py``: the ``ended`` vocabulary);
+an item owns its env and the record fields of its format. The records an item returns are plain
+dicts written to ``episodes.jsonl`` and are all a scoring rule ever sees, so scores recompute
+offline. A format's columns (``columns.Column``) give results.csv, the progress line and the
+table at the end. ``gym_episode`` has the item and plan of a format around a Gymnasium env;
+``check.check_format`` plays a format against this contract.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.server.core.budgets import BudgetPolicy
+from arbiter.server.core.summary import NOT_PLAYED, ending
+from arbiter.server.formats import columns as output
+from arbiter.server.formats.columns import Column
+from arbiter.server.formats.options import options_from_dict
+
+__all__ = [
+    "Column",
+    "Format",
+    "Item",
+    "OpenItem",
+    "Plan",
+    "Rule",
+    "finite",
+    "options_from_dict",
+    "plain",
+    "reset_seed",
+    "step_reply",
+]
 
 
 @dataclass(frozen=True)
@@ -35,7 +57,9 @@ class Item:
     """One unit of an evaluation's plan."""
 
     index: int
-    key: str  # its identity across restarts: --resume checks the results folder against it
+    # Its identity across restarts, carried by its records as "unit": --resume checks the results
+    # folder against it.
+    unit: str
     fields: dict[str, Any] = field(default_factory=dict)  # carried by every record of the item
     budgets: BudgetPolicy | None = None  # this item's budgets, where they differ from the spec's
     # Items of one group depend on the agent's state from the group's first item on (a training
@@ -45,65 +69,153 @@ class Item:
     group: str | None = None
 
 
-class OpenItem(Protocol):
-    """An item being played (see the module docstring for the call order)."""
+class OpenItem(ABC):
+    """An item being played (see the module docstring for the call order). A format writes
+    ``create_payload``, ``step`` and ``record``; the rest has defaults."""
 
-    item: Item
-    spans_resets: bool  # True: an ENV_CREATE during the item starts its next episode
-    stage_budget_s: float | None  # wall-clock budget of the whole item from its opening, or None
+    spans_resets: bool = False  # True: an ENV_CREATE during the item starts its next episode
+    stage_budget_s: float | None = None  # wall-clock budget of the whole item from its opening, or None
+    # True once the format's own cap (a step limit) ended the item: it ends ``step_limit``, not
+    # ``finished``.
+    limit_reached: bool = False
+    steps: int = 0  # steps applied so far (step() counts them)
+    over: bool = False  # the item has ended (step() says so)
 
-    def create_payload(self) -> dict[str, Any]: ...
+    def __init__(self, item: Item):
+        self.item = item
 
-    def next_reset(self) -> dict[str, Any]: ...
+    @abstractmethod
+    def create_payload(self) -> dict[str, Any]:
+        """The ENV_CREATE reply's body: the first observation, for a server-side format."""
+
+    def next_reset(self) -> dict[str, Any]:
+        """The next episode's create payload, for an item that spans resets."""
+        raise TypeError(f"{type(self).__name__}.next_reset: this item does not span resets (spans_resets is False)")
 
     def sanitize(self, action: Any) -> tuple[Any, int]:
-        """The action to apply and how many invalid entries were dropped; raises
-        ``InvalidAction`` to refuse the step (nothing is applied)."""
+        """The action to apply and how many invalid entries were replaced; raises
+        ``InvalidAction`` to refuse the step (nothing is applied). By default: as sent."""
+        return action, 0
 
+    @abstractmethod
     def step(self, action: Any) -> bool:
         """Apply one step; True when the item is over."""
 
-    def step_reply(self, invalid: int) -> dict[str, Any]: ...
+    def step_reply(self, invalid: int) -> dict[str, Any]:
+        """The ENV_STEP reply's body; by default where the item stands."""
+        return {
+            "done": self.over,
+            "step": self.steps,
+            "invalid_actions": invalid,
+            EXTENSION_KEY: {"stage_over": self.over},
+        }
 
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]: ...
+    def record(self, ended: str) -> dict[str, Any]:
+        """The format's fields of the item's record, once it ended ``ended`` (core/summary.py's
+        vocabulary); by default the item's fields alone."""
+        return dict(self.item.fields)
 
-    def close(self) -> None: ...
+    def records_for(self, ended: str) -> list[dict[str, Any]]:
+        """The item's records: one, unless the item is a stage of several episodes."""
+        return [self.record(ended)]
+
+    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
+        """What the core asks when the item ends: its records, each saying how it ended."""
+        ended = ending(finished=finished, timeout=timeout, abandoned=abandoned, limit_reached=self.limit_reached)
+        return [{**record, "ended": ended} for record in self.records_for(ended)]
+
+    def close(self) -> None:  # noqa: B027 - optional: an item holding nothing of its own needs none
+        """The item is recorded: let go of what it holds."""
 
 
-class Plan(Protocol):
-    """A format's plan for one evaluation (built from the competition spec)."""
+class Plan(ABC):
+    """A format's plan for one evaluation, made from the competition spec by ``Format.make_plan``
+    (``(spec, rule, *, tests)``). A format writes its items (``make_items``), ``open`` and its
+    ``columns``; the rest has defaults."""
 
-    items: list[Item]
-    seed: int | None
-    source: str | None  # what is evaluated on (a test folder, an env id), for the summary
-    csv_columns: list[str]
-    server_side: bool  # True: every step is answered with the observation (the env is the server's)
-    prepare_ahead: bool  # True: the next item may be opened while the current one runs
+    server_side: bool = True  # True: every step is answered with the observation (the env is the server's)
+    prepare_ahead: bool = False  # True: the next item may be opened while the current one runs
+    packages: tuple[str, ...] = ()  # distributions whose versions the summary records
+    columns: tuple[Column, ...] = ()  # the record fields results.csv, the progress line and the table show
+    source: str | None = None  # what is evaluated on (a test folder, an env id), for the summary
 
+    def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
+        self.spec = spec
+        self.rule = rule
+        self.options = spec.options
+        self.tests = tests
+        self.seed: int | None = spec.seed
+        output.check_columns(self.columns, type(self).__name__)
+        self.items: list[Item] = self.make_items()
+
+    @abstractmethod
+    def make_items(self) -> list[Item]:
+        """The plan's items in the order they are played (``spec.max_episodes``, a debug run's
+        cap, is the format's to apply)."""
+
+    @abstractmethod
     def open(self, item: Item) -> OpenItem: ...
+
+    def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
+        """The format's fields of an item never played; by default the item's fields."""
+        return [dict(item.fields)]
 
     def unplayed(self, item: Item) -> list[dict[str, Any]]:
         """Records of an item never played (an evaluation that ended early)."""
+        return [{**record, "ended": NOT_PLAYED} for record in self.unplayed_records(item)]
 
     def handshake(self) -> dict[str, Any]:
         """Fields the format adds to PONG's extension (spaces, the plan's stages ...)."""
+        return {}
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Fields the format adds to the ENV_SUBMIT reply (flatland's legacy figures)."""
+        """Fields the format adds to the ENV_SUBMIT reply (Flatland's legacy figures)."""
+        return {}
 
-    def csv_row(self, record: dict[str, Any]) -> dict[str, Any]: ...
+    @property
+    def csv_columns(self) -> list[str]:
+        return output.csv_columns(self.columns)
+
+    def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
+        return output.csv_row(self.columns, record)
 
     def progress_text(self, record: dict[str, Any]) -> str | None:
-        """One progress line's text for a record (None: not shown, e.g. a training episode that
-        is not its run's last; the core puts item-wide figures such as ``wall_s`` on an item's
-        last record only)."""
+        """One progress line's text for a record; None for a record that is not its item's last
+        (an item is announced once, when it ends)."""
+        return output.progress_text(self.columns, record) if record.get("last_of_item", True) else None
 
-    def table_header(self) -> str: ...
+    def table_header(self) -> str:
+        return output.table_header(self.columns)
 
     def table_row(self, record: dict[str, Any]) -> str | None:
-        """The record's row of the results table printed at the end (None: left out)."""
+        """The record's row of the results table printed at the end (None: left out; by default
+        every record but its item's last)."""
+        return output.table_row(self.columns, record) if record.get("last_of_item", True) else None
 
-    def close(self) -> None: ...
+    def close(self) -> None:  # noqa: B027 - optional: a plan holding no env needs none
+        """The evaluation is over: let go of the plan's envs."""
+
+
+class Rule(ABC):
+    """A scoring rule: leaderboard figures from records alone (``episodes.jsonl``), so a score
+    recomputes offline. The class is its own factory: ``Format.rules`` maps a name to it, and it
+    is made with the format's options."""
+
+    name: str = ""  # the name the format registers it under (summary.json's ``scoring``)
+    higher_is_better: bool = True
+
+    def __init__(self, options: Any = None):
+        self.options = options
+
+    @abstractmethod
+    def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """At least primary, secondary, primary_name, secondary_name and spread; summary.json's
+        ``score`` is this map as it is."""
+
+    def primary(self, records: list[dict[str, Any]]) -> float | None:
+        """The primary figure alone, shown after every item as the score so far. By default
+        ``aggregate``'s; a rule whose aggregate is slow (a bootstrap) computes it apart."""
+        return self.aggregate(records)["primary"] if records else None
 
 
 @dataclass(frozen=True)
@@ -111,7 +223,6 @@ class Format:
     """One competition format, as the registry (``formats/__init__.py``) knows it."""
 
     name: str
-    description: str
     rules: dict[str, Callable[[Any], Any]]  # scoring rule name → factory taking the options
     make_plan: Callable[..., Plan]  # (spec, rule, *, tests) → Plan
     options: type | None = None  # frozen dataclass of the format's own competition keys
@@ -122,6 +233,33 @@ class Format:
     presets_dir: str | None = None
     requires_tests: bool = False  # True: the evaluation needs a test folder (--tests)
     clients: str = ""  # how its agents connect, named when a client of another format connects
+    # What one item is called in the lines people read (singular, plural).
+    item_nouns: tuple[str, str] = ("episode", "episodes")
+    # The environment variable naming the test data where the community's own tools set one
+    # (read by `arbiter run` and `serve` after --tests and the competition's `tests`).
+    tests_variable: str | None = None
+    # True: its agents may use a client that knows only TCP (flatland-rl's own), so a local run
+    # names the TCP address beside the unix socket arbiter's own clients use.
+    tcp_clients: bool = False
+    # True: a hosted evaluation draws a secret seed unless the competition fixes one (the seeds
+    # of its resets are revealed only as each episode ends); False: the protocol hands every
+    # reset's seed to the client anyway, or the community seeds its runs its own way.
+    secret_seed: bool = False
+    # Hooks the command line and the service reach a format through; None: the format has none.
+    # `arbiter generate`: (out_dir, the command's options by name, None where not given) → writes
+    # the format's test data there and returns a line saying what it wrote.
+    generate: Callable[[str, dict[str, Any]], str] | None = None
+    # `arbiter run` without test data: () → a small test set's folder (generated once, cached).
+    default_tests: Callable[[], str] | None = None
+    # `arbiter replay`: (results_dir, item index, the command's options by name, progress stream)
+    # → (lines to print, differences from the item's record: none when the replay matches).
+    replay: Callable[[str, int, dict[str, Any], Any], tuple[list[str], list[str]]] | None = None
+    # `arbiter rescore`: (rule, records read from episodes.jsonl) → the records with the figures
+    # the format derives from raw fields recomputed; None: the records are scored as stored.
+    rescore: Callable[[Any, list[dict[str, Any]]], list[dict[str, Any]]] | None = None
+    # `--record N`: (plan, results store, N) → the plan recording its first N items, with an
+    # ``episode_ended(record, evaluation)`` to call after each item's record is stored.
+    recorder: Callable[[Any, Any, int], Any] | None = None
 
     @property
     def default_rule(self) -> str:
@@ -183,60 +321,3 @@ def step_reply(
 def finite(value: float) -> float | None:
     """JSON has no inf or NaN: such a figure is recorded as null."""
     return value if math.isfinite(value) else None
-
-
-# -- competition keys of a format, validated like the file -----------------------------------------
-
-_SCALAR_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
-
-
-def options_from_dict(cls: type, data: dict[str, Any], source: str, prefix: str = "") -> Any:
-    """Build a format's options dataclass from a TOML table: unknown keys, wrong types and nested
-    tables are checked here; values are checked by the dataclass's own ``__post_init__``."""
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: {prefix.rstrip('.') or 'the format options'} must be a table")
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = set(data) - set(fields)
-    if unknown:
-        names = sorted(prefix + k for k in unknown)
-        raise ConfigError(f"{source}: unknown keys {names}; allowed here: {sorted(prefix + k for k in fields)}")
-    values: dict[str, Any] = {}
-    for name, value in data.items():
-        kind = fields[name].type if isinstance(fields[name].type, str) else getattr(fields[name].type, "__name__", "")
-        nested = _nested_options(cls, name)
-        if nested is not None:
-            values[name] = options_from_dict(nested, value, source, prefix=f"{prefix}{name}.")
-            continue
-        values[name] = _checked(value, kind, f"{prefix}{name}", source)
-    try:
-        return cls(**values)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-
-
-def _nested_options(cls: type, name: str) -> type | None:
-    default = next(f for f in dataclasses.fields(cls) if f.name == name)
-    if default.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        made = default.default_factory()  # type: ignore[misc]
-        if dataclasses.is_dataclass(made):
-            return type(made)
-    return None
-
-
-def _checked(value: Any, kind: str, name: str, source: str) -> Any:
-    """The annotation's scalar type, as TOML gives it (an int is a fine float)."""
-    wanted = [t.strip() for t in kind.replace("Optional[", "").rstrip("]").split("|")]
-    if value is None and "None" in wanted:
-        return None
-    for type_name in wanted:
-        if type_name == "float" and isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if type_name == "int" and isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if type_name in ("str", "bool") and type(value) is _SCALAR_TYPES[type_name]:
-            return value
-        if type_name.startswith(("dict", "list", "tuple")) and isinstance(value, (dict, list, tuple)):
-            return value
-    raise ConfigError(f"{source}: {name} must be {' or '.join(wanted)}, got {value!r}")

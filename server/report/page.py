@@ -25,6 +25,7 @@ from arbiter.server.report.charts import (
     section,
 )
 from arbiter.server.report.style import STYLESHEET
+from arbiter.server.service.results import read_items
 
 REPORT_NAME = "report.html"
 BUDGET_ROWS = [
@@ -60,14 +61,18 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
         raise ConfigError(f"{summary_path} does not hold a JSON object")
     episodes: list[dict[str, Any]] = []
     if episodes_path.is_file():
-        for line_number, line in enumerate(episodes_path.read_text(encoding="utf-8").splitlines(), start=1):
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise ConfigError(f"{episodes_path}, line {line_number}: not valid JSON: {error}") from None
-            if not isinstance(record, dict):
-                raise ConfigError(f"{episodes_path}, line {line_number}: not a JSON object")
-            episodes.append(record)
+        # The one reading rule of a results folder (resume and scoring read it the same way):
+        # whole items only. A last line cut short is what a killed write leaves and is left
+        # out; a complete line that is not part of a whole item is damage, and said so.
+        stored = read_items(str(episodes_path))
+        tail = episodes_path.read_bytes()[stored.whole_bytes :]
+        if b"\n" in tail:
+            line = sum(len(item.records) for item in stored.items) + 1
+            raise ConfigError(
+                f"{episodes_path}, line {line}: not valid JSON, or not a record of a whole item; "
+                "the lines before it are readable"
+            )
+        episodes = stored.records
     elif number((summary.get("episodes") or {}).get("recorded")):
         raise ConfigError(f"{folder} has no episodes.jsonl, but its summary.json lists recorded episodes")
     return summary, episodes
@@ -189,6 +194,9 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
         ("not played", fmt_count(counts.get("skipped"))),
         ("time used", f"{fmt_duration(timing.get('evaluation_s'))} of {fmt_duration(budgets.get('overall_s'))}"),
     ]
+    step_limited = ((summary.get("items") or {}).get("ended") or {}).get("step_limit")
+    if step_limited:  # items the format's own step cap ended (among those counted finished)
+        cells.insert(2, ("at the step limit", fmt_count(step_limited)))
     items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in cells)
     return f'<dl class="counts">{items}</dl>'
 

@@ -15,7 +15,6 @@ from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.formats import get_format
-from arbiter.server.formats.flatland.recording import RecordingPlan
 from arbiter.server.service.events import EventLog, chain
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
@@ -36,11 +35,13 @@ def build_service(
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
 
-    Around the evaluation: the recorder (``spec.record_episodes``) wraps the plan, and the
+    Around the evaluation: the format's recorder (``spec.record_episodes``) wraps the plan, and the
     event log hears of every finished episode and of the end; both see an episode after it is
     in ``episodes.jsonl``, the replay before the event that announces it."""
     keys.validate_service_id(service_id)
     found = get_format(spec.format)
+    if spec.record_episodes and found.recorder is None:
+        raise ConfigError(f"format {spec.format!r} has no recorder: --record (record_episodes) is not available for it")
     rule = scoring_rule(spec.format, spec.scoring, spec.options)
     plan = found.make_plan(spec, rule, tests=tests)
     store = ResultsStore(results_dir, plan.csv_columns, plan.csv_row)
@@ -57,7 +58,7 @@ def build_service(
     if not resume:
         store.start_fresh()
     # Without recording the plan is used as it is: not even a wrapper on the step path.
-    recorder = RecordingPlan(plan, store=store, record_episodes=spec.record_episodes) if spec.record_episodes else None
+    recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
     events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
     try:
         evaluation = Evaluation(

@@ -53,6 +53,8 @@ EPISODE_FIELDS = (
     "normalized_return",
     "arrived",
     "arrived_fraction",
+    "ended",
+    "last_of_item",
     "timed_out",
     "timeout",
     "abandoned",

@@ -1,4 +1,4 @@
-"""The service loop: it reads like flatland's request sequence (WIRE.md).
+"""The service loop: it reads like flatland's request sequence (docs/design/wire.md).
 
     wait for the next request, at most until the nearest deadline
     no request by then  → the evaluation expires that deadline (maybe a timeout for the client)
@@ -15,6 +15,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from arbiter.protocol import codec, keys
@@ -29,7 +30,7 @@ from arbiter.protocol.errors import (
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.server.core.evaluation import Evaluation
-from arbiter.server.core.gate import HANDSHAKES, LEGACY, ClientGate, Verdict, other_client_reply
+from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
 
@@ -49,6 +50,20 @@ PICKLE_REFUSED = (
 )
 
 
+Handler = Callable[[dict[str, Any], float], "dict[str, Any] | None"]
+
+
+@dataclass(slots=True)
+class Request:
+    """One decoded request: its type (as sent: not yet known to be valid), its payload (a map,
+    empty when the client sent none), the wire it came in, and its reply list when valid."""
+
+    type: Any
+    payload: dict[str, Any]
+    wire: str
+    reply_to: str | None
+
+
 class EvaluatorService:
     def __init__(
         self,
@@ -63,8 +78,8 @@ class EvaluatorService:
         self._handled_since_check = 0
         self._last_flood_check = time.monotonic()
         # A resumed evaluation whose env is the server's lets the agent that lived through the
-        # restart back in with whatever it sends again (see Evaluation.client_bound).
-        self.gate = ClientGate(evaluation.takeover_after_s, rejoin=evaluation.restarted)
+        # restart back in with whatever it sends again (see core/restarts.py).
+        self.gate = ClientGate(evaluation.endings.takeover_after_s, rejoin=evaluation.restarted)
         # What is queued before this evaluator serves was sent to an earlier one (a --resume):
         # a live client sends it again, and a dead one's must not bind the evaluation.
         self._leftovers = transport.queued()
@@ -80,7 +95,7 @@ class EvaluatorService:
         self._agent_status: int | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
-        self.dispatch: dict[str, Callable[[dict[str, Any], float], dict[str, Any] | None]] = {
+        self.dispatch: dict[str, Handler] = {
             FLATLAND_RL.PING: evaluation.on_ping,
             FLATLAND_RL.ENV_CREATE: evaluation.on_create,
             FLATLAND_RL.ENV_STEP: evaluation.on_step,
@@ -126,23 +141,23 @@ class EvaluatorService:
                     break
             except StopRequested:
                 self._account_downtime()
-                evaluation.interrupt(self._stop_reason)
+                evaluation.endings.interrupt(self._stop_reason)
                 break
             except RedisUnavailable as exc:
                 self._account_downtime()
-                evaluation.interrupt(str(exc))
+                evaluation.endings.interrupt(str(exc))
                 break
             except Exception as exc:
                 if evaluation.store.unwritable is not None:  # not a bug: the results folder is full or read-only
-                    evaluation.interrupt(str(evaluation.store.unwritable))
+                    evaluation.endings.interrupt(str(evaluation.store.unwritable))
                     break
                 # A bug of ours: end with a summary that says so, never a traceback.
                 log.exception("internal error in the service loop")
-                evaluation.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
+                evaluation.endings.fail_internal(f"{type(exc).__name__}: {exc}", time.monotonic())
                 break
             if evaluation.store.unwritable is not None:
                 # Refused while a request was handled: that request got the cause as its error reply.
-                evaluation.interrupt(str(evaluation.store.unwritable))
+                evaluation.endings.interrupt(str(evaluation.store.unwritable))
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
         self.frames.close()
@@ -151,7 +166,7 @@ class EvaluatorService:
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
         evaluation = self.evaluation
-        deadline = evaluation.deadline()
+        deadline = evaluation.endings.deadline()
         raw = self.transport.pop(
             deadline.at,
             should_stop=self._agent_gone.is_set,
@@ -163,19 +178,19 @@ class EvaluatorService:
             self.evaluation.counters["refused_replies"] += self.transport.refused_replies - self._refused_replies_seen
             self._refused_replies_seen = self.transport.refused_replies
         if self.transport.stop_requested:
-            evaluation.interrupt(self._stop_reason)
+            evaluation.endings.interrupt(self._stop_reason)
             return False
         if raw is None and self._agent_gone.is_set():
             # Requests the agent sent before exiting still count; then the evaluation ends.
             raw = self.transport.pop_nowait()
             if raw is None:
-                evaluation.agent_exited(self._agent_status, time.monotonic())
+                evaluation.endings.agent_exited(self._agent_status, time.monotonic())
                 return False
         now = time.monotonic()
         if raw is None:
-            deadline = evaluation.deadline()  # an outage may have moved it
+            deadline = evaluation.endings.deadline()  # an outage may have moved it
             if now >= deadline.at:
-                for error in evaluation.expire(deadline, now):
+                for error in evaluation.endings.expire(deadline, now):
                     self.transport.push_error(codec.encode(error, wire=self.client_wire))
             return True
         self.handle(raw, now)
@@ -191,7 +206,7 @@ class EvaluatorService:
         queued = self.transport.queued()
         if queued > self.flood_queue_limit:
             self.evaluation.counters["flood_queue_length"] = queued
-            self.evaluation.fail_for_misbehaviour(
+            self.evaluation.endings.fail_for_misbehaviour(
                 f"flood: {queued} requests queued (limit {self.flood_queue_limit}); the agent sends far more than "
                 "an evaluation can use",
                 now,
@@ -202,7 +217,7 @@ class EvaluatorService:
         new_downtime_s = self.transport.downtime_s - self._downtime_seen_s
         if new_downtime_s > 0:
             self._downtime_seen_s = self.transport.downtime_s
-            self.evaluation.add_downtime(new_downtime_s)
+            self.evaluation.endings.add_downtime(new_downtime_s)
 
     def _refuse_pickle(self, reply_to: str | None) -> None:
         """A pickling client while pickle is off: told why in the format it reads, so it fails
@@ -214,11 +229,26 @@ class EvaluatorService:
             self.transport.reply(reply_to, codec.encode(response, wire=codec.PICKLE))
 
     def handle(self, raw: bytes, now: float) -> None:
-        counters = self.evaluation.counters
+        """One request: decoded, let through the pickle gate, admitted by the client gate,
+        applied to the evaluation, answered (at most one reply, on a valid reply list)."""
         if self._leftovers:
             self._leftovers -= 1
-            counters["leftover_requests"] += 1
+            self.evaluation.counters["leftover_requests"] += 1
             return
+        request = self._decode(raw)
+        if request is None or not self._through_pickle_gate(request):
+            return
+        admission, response = self._answer(request, now)
+        if admission is not None and admission.verdict is Verdict.APPLY:
+            self.gate.remember(admission, response)
+            self.client_wire = request.wire
+        if response is not None and request.reply_to is not None:
+            self.transport.reply(request.reply_to, codec.encode(response, wire=request.wire))
+
+    def _decode(self, raw: bytes) -> Request | None:
+        """The request in ``raw``, or None when it is not one (counted, logged, never answered:
+        with no readable reply list there is no one to answer)."""
+        counters = self.evaluation.counters
         try:
             message, wire = codec.decode_request(raw, codec.COMMAND_LIMITS)
             if not isinstance(message, dict):
@@ -226,64 +256,37 @@ class EvaluatorService:
         except DecodeError as exc:
             counters["bad_messages"] += 1
             log.warning("rejected a message of %d bytes: %s", len(raw), exc)
-            return
+            return None
         channel = message.get("response_channel")
         reply_to = channel if keys.is_valid_response_channel(channel, self.service_id) else None
         if channel is not None and reply_to is None:
             counters["bad_reply_channels"] += 1
-        if wire == codec.PICKLE:
-            if not self.accept_pickle:
-                self._refuse_pickle(reply_to)
-                return
-            counters["pickled_requests"] += 1
         payload = message.get("payload")
-        if not isinstance(payload, dict):
-            payload = {}
-        type_ = message.get("type")
+        return Request(message.get("type"), payload if isinstance(payload, dict) else {}, wire, reply_to)
+
+    def _through_pickle_gate(self, request: Request) -> bool:
+        if request.wire != codec.PICKLE:
+            return True
+        if not self.accept_pickle:
+            self._refuse_pickle(request.reply_to)
+            return False
+        self.evaluation.counters["pickled_requests"] += 1
+        return True
+
+    def _answer(self, request: Request, now: float) -> tuple[Admission | None, dict[str, Any] | None]:
+        """The client gate's verdict on the request and the reply it gets; every refusal becomes
+        an error reply, and a fault of the evaluator ends the evaluation, never the loop."""
+        type_ = request.type
         admission = None
         try:
             handler = self.dispatch.get(type_) if isinstance(type_, str) else None
             if handler is None:
-                counters["unknown_types"] += 1
+                self.evaluation.counters["unknown_types"] += 1
                 raise UnknownMessageType(f"unknown request type {str(type_)[:80]!r}")
-            admission = self.gate.admit(extension(payload), now, handshake=type_ in HANDSHAKES)
-            if admission.verdict is Verdict.UNBOUND:
-                counters["unbound_requests"] += 1
-                raise OutOfOrder("no client has started this evaluation: PING (or ENV_CREATE) first")
-            if admission.verdict is Verdict.FOREIGN:
-                counters["foreign_requests"] += 1
-                counters["errors_other_client"] += 1
-                log.warning("request %s refused: another client is bound to this evaluation", str(type_)[:80])
-                response = other_client_reply(admission)
-            elif admission.verdict is Verdict.STALE:
-                counters["stale_requests"] += 1
-                return
-            elif admission.verdict is Verdict.RESEND:
-                counters["resent_requests"] += 1
-                response = admission.cached_reply
-            else:
-                self.evaluation.check_overall(now)
-                if admission.took_over_after_s is not None:
-                    self.evaluation.take_over(admission.took_over_after_s, now)
-                    if self.evaluation.finished:  # the episode it timed out was the last one allowed
-                        raise EvaluationError(self.evaluation.termination_cause)
-                if admission.bound:
-                    self.evaluation.client_bound(
-                        self.gate.owner,
-                        now,
-                        handshake_type=type_ if type_ in HANDSHAKES else None,
-                        took_over=admission.took_over_after_s is not None,
-                        legacy=self.gate.owner == LEGACY,
-                    )
-                # A gap in the sequence is the client's doing (arbiter's client sends a request
-                # again until it is answered): counted, and the request applied as it is. Not
-                # even a Redis outage makes the evaluator play an episode again on the client's
-                # word: that would be a second try on the same seed.
-                if admission.lost:
-                    counters["lost_requests"] += admission.lost
-                response = self.frames.applied(type_, payload, handler(payload, now))
+            admission = self.gate.admit(extension(request.payload), now, handshake=type_ in HANDSHAKES)
+            response = self._admitted(request, admission, handler, now)
         except ArbiterError as exc:
-            counters[f"errors_{exc.code.lower()}"] += 1
+            self.evaluation.counters[f"errors_{exc.code.lower()}"] += 1
             log.warning("request %s refused: %s", str(type_)[:80], exc)
             response = error_reply(exc.code, str(exc))
             if isinstance(exc, EvaluatorRestarted):
@@ -292,10 +295,51 @@ class EvaluatorService:
             raise
         except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback
             log.exception("internal error while handling %s", str(type_)[:80])
-            self.evaluation.fail_internal(f"{type(exc).__name__}: {exc} (while handling {str(type_)[:80]})", now)
+            self.evaluation.endings.fail_internal(
+                f"{type(exc).__name__}: {exc} (while handling {str(type_)[:80]})", now
+            )
             response = error_reply("EVALUATION", "the evaluator failed; see its summary for the cause")
-        if admission is not None and admission.verdict is Verdict.APPLY:
-            self.gate.remember(admission, response)
-            self.client_wire = wire
-        if response is not None and reply_to is not None:
-            self.transport.reply(reply_to, codec.encode(response, wire=wire))
+        return admission, response
+
+    def _admitted(self, request: Request, admission: Admission, handler: Handler, now: float) -> dict[str, Any] | None:
+        """What the gate's verdict makes of the request: refused, dropped, answered again, or applied."""
+        counters = self.evaluation.counters
+        if admission.verdict is Verdict.UNBOUND:
+            counters["unbound_requests"] += 1
+            raise OutOfOrder("no client has started this evaluation: PING (or ENV_CREATE) first")
+        if admission.verdict is Verdict.FOREIGN:
+            counters["foreign_requests"] += 1
+            counters["errors_other_client"] += 1
+            log.warning("request %s refused: another client is bound to this evaluation", str(request.type)[:80])
+            return other_client_reply(admission)
+        if admission.verdict is Verdict.STALE:
+            counters["stale_requests"] += 1
+            return None
+        if admission.verdict is Verdict.RESEND:
+            counters["resent_requests"] += 1
+            return admission.cached_reply
+        return self._apply(request, admission, handler, now)
+
+    def _apply(self, request: Request, admission: Admission, handler: Handler, now: float) -> dict[str, Any] | None:
+        """An admitted request, applied to the evaluation."""
+        evaluation = self.evaluation
+        evaluation.endings.check_overall(now)
+        if admission.took_over_after_s is not None:
+            evaluation.endings.take_over(admission.took_over_after_s, now)
+            if evaluation.finished:  # the episode it timed out was the last one allowed
+                raise EvaluationError(evaluation.termination_cause)
+        if admission.bound:
+            evaluation.restarts.client_bound(
+                self.gate.owner,
+                now,
+                handshake_type=request.type if request.type in HANDSHAKES else None,
+                took_over=admission.took_over_after_s is not None,
+                legacy=self.gate.owner == LEGACY,
+            )
+        # A gap in the sequence is the client's doing (arbiter's client sends a request again
+        # until it is answered): counted, and the request applied as it is. Not even a Redis
+        # outage makes the evaluator play an episode again on the client's word: that would be
+        # a second try on the same seed.
+        if admission.lost:
+            evaluation.counters["lost_requests"] += admission.lost
+        return self.frames.applied(request.type, request.payload, handler(request.payload, now))

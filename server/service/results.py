@@ -2,8 +2,8 @@
 
 - ``episodes.jsonl``: one JSON object per record (an item's records: one episode, or a training
   run's many), the source of truth. An item is appended whole in one write and fsynced; every
-  record carries its item's ``index``, and ``item_end`` (true on the item's last record only),
-  so ``read_items`` keeps an item only once its last record is there: an append cut short by a
+  record carries its item's ``index``, and ``last_of_item`` (true on the item's last record
+  only), so ``read_items`` keeps an item only once its last record is there: an append cut short by a
   kill, a full disk or a power loss leaves a torn tail that every reader drops (``--resume``
   cuts it off the file);
 - ``results.csv``: the format's columns (Flatland: the test set's metadata columns plus
@@ -42,7 +42,8 @@ EPISODES_FILE = "episodes.jsonl"
 REPLAYED_FILE = "replayed.jsonl"
 # On every record written: true on its item's last record. Records written before arbiter marked
 # items carry no such field and stand for themselves.
-ITEM_END = "item_end"
+ITEM_END = "last_of_item"  # the core's own mark of an item's last record (core/summary.py)
+LEGACY_ITEM_END = "item_end"  # the same mark in folders written before records carried it
 
 
 class ResultsUnwritable(EvaluationError):
@@ -67,7 +68,7 @@ def replay_file(directory: str, index: int) -> str:
 
 @dataclass
 class StoredItem:
-    records: list[dict[str, Any]]  # as the evaluation made them (no ITEM_END)
+    records: list[dict[str, Any]]  # as the evaluation made them
     data: bytes  # its lines, as written
 
     @property
@@ -108,7 +109,7 @@ def read_items(path: str) -> ItemsFile:
             break
         if not isinstance(record, dict):
             break
-        end_mark = record.pop(ITEM_END, None)
+        end_mark = record.get(ITEM_END, record.pop(LEGACY_ITEM_END, None))
         if pending and (end_mark is None or record.get("index") != pending[0].get("index")):
             break
         pending.append(record)

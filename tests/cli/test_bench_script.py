@@ -1,7 +1,8 @@
 """The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths),
-scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv)
-and scripts/bench_wire_floor.py (bare round trips); matching trajectories, sound ratios, the tables
-printed."""
+scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv),
+scripts/bench_metalc.py (MetaLC's development phase in process and through arbiter) and
+scripts/bench_wire_floor.py (bare round trips); matching trajectories, sound ratios, each target
+judged against its peer, the tables printed."""
 
 from __future__ import annotations
 
@@ -20,6 +21,12 @@ REPO = paths.REPO
 BENCH = REPO / "scripts" / "bench.py"
 BENCH_REMOTE_ENV = REPO / "scripts" / "bench_remote_env.py"
 BENCH_WIRE_FLOOR = REPO / "scripts" / "bench_wire_floor.py"
+BENCH_METALC = REPO / "scripts" / "bench_metalc.py"
+
+
+def target_line(stdout: str, label: str) -> list[str]:
+    """The printed verdicts of the target whose line starts so (one per shape or benchmark)."""
+    return [line for line in stdout.splitlines() if line.startswith(f"target {label}")]
 
 
 @pytest.mark.timeout(300)
@@ -73,6 +80,17 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert report["scale"]["count"] == 2 and report["scale"]["consistent"] is True
     assert "arbiter/direct" in completed.stdout  # the table was printed
 
+    # each target judged on its paired ratio, and the verdict printed next to the figures
+    names = [[key for key in target if key.startswith("arbiter_over_")] for target in report["targets"]]
+    assert names == [["arbiter_over_direct"], ["arbiter_over_flatland"]]
+    for target, (name,) in zip(report["targets"], names, strict=True):
+        assert target["at_least"] is False  # arbiter's wall time: at most the bound times the peer's
+        assert target["median"] == pytest.approx(paired[name])
+        assert target["met"] is (target["median"] <= target[name])
+        peer = "the direct loop" if name == "arbiter_over_direct" else "flatland-rl's own evaluator"
+        (line,) = target_line(completed.stdout, f"arbiter ≤ {target[name]:g}× {peer}")
+        assert line.split(": ")[1].startswith("met" if target["met"] else "NOT met")
+
 
 @pytest.mark.timeout(180)
 def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
@@ -114,6 +132,48 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert report["target"]["met"] is (ratio["median"] >= report["target"]["remote_over_async1"])
     assert "steps/s remote/async1: median" in completed.stdout  # the table was printed
     assert "target RemoteEnv" in completed.stdout
+    (line,) = target_line(completed.stdout, "RemoteEnv ≥")
+    assert line.split(": ")[1].startswith("met" if report["target"]["met"] else "NOT met")
+
+
+@pytest.mark.timeout(180)
+def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
+    out = tmp_path / "bench-metalc.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_METALC), "--quick", "--json", str(out)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=150,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+
+    assert report["config"]["rounds"] == 1 and report["config"]["warmup_rounds"] == 0
+    assert report["checks"] == {"match": True, "runs_checked": 2, "mismatches": []}
+    summary = report["summary"]
+    assert summary["datasets"] == 12 and summary["suggests"] > 0
+    (arbiter,), (inprocess,) = report["raw_runs"]["arbiter"], report["raw_runs"]["inprocess"]
+    assert arbiter["state"] == "SUCCESS" and arbiter["suggests"] == inprocess["suggests"] == summary["suggests"]
+    ratio = summary["ratio_arbiter_over_inprocess"]
+    assert ratio["per_round"] == [pytest.approx(arbiter["wall_s"] / inprocess["wall_s"])]
+    assert report["target"]["met"] is (ratio["median"] <= report["target"]["ratio_arbiter_over_inprocess"])
+    (line,) = target_line(completed.stdout, "arbiter ≤")
+    assert line.split(": ")[1].startswith("met" if report["target"]["met"] else "NOT met")
+
+
+def test_a_benchmark_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:
+    for script, options, message in (
+        (BENCH, ["--rounds", "0"], "--rounds must be at least 1"),
+        (BENCH, ["--envs", "7"], "--envs must be 0 to 6"),
+        (BENCH_REMOTE_ENV, ["--warmup", "-1"], "--warmup must be at least 0"),
+        (BENCH_REMOTE_ENV, ["--steps", "10"], "--steps must be at least 950"),
+    ):
+        refused = subprocess.run([sys.executable, str(script), *options], cwd=tmp_path, capture_output=True,
+                                 text=True, timeout=60)  # fmt: skip
+        assert refused.returncode == 2 and message in refused.stderr, (script.name, refused.stderr)
+    assert list(tmp_path.iterdir()) == []  # nothing was written
 
 
 def test_profile_ranking_counts_self_and_inclusive_shares(tmp_path: Path) -> None:
@@ -154,6 +214,10 @@ def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
         # printed to 0.1 µs and the rate to 1/s: they agree to within those roundings
         assert rate > 0 and per_trip_us == pytest.approx(1e6 / rate, abs=0.05 + 1e6 / rate**2), rows[path]
     assert "300 per path and round, 1 round(s), 40-byte requests and 40-byte replies" in completed.stdout
+    (line,) = target_line(completed.stdout, "arbiter-unix ≥ 1× pipe")  # against the pipe, in the same run
+    median = float(line.split("median ")[1].split(";")[0])
+    assert median == pytest.approx(float(rows["arbiter-unix"][1]) / float(rows["pipe"][1]), abs=0.002)
+    assert line.split(": ")[1].startswith("met" if median >= 1.0 else "NOT met")
 
 
 @pytest.mark.timeout(120)

@@ -66,7 +66,11 @@ def test_run_with_the_example_agent(redis_url, service_id, tiny_tests, tmp_path)
     assert f"primary   (mean normalized return): {summary['score']['primary']:.6f}" in done.stderr
     assert done.stdout.startswith("submitted: score ")  # the agent's own output is passed through
     rescored = subprocess.run(
-        [sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "arbiter.server.cli", "rescore", str(results)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout
 

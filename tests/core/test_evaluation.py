@@ -16,7 +16,7 @@ from arbiter.protocol.errors import OutOfOrder
 
 
 def independent_2020_score(env_path: str, seed: int, actions: list[dict[int, int]]) -> tuple[float, float, int]:
-    """SCORING.md §1 computed from flatland's own loader, without any arbiter code.
+    """docs/formats/flatland.md computed from flatland's own loader, without any arbiter code.
 
     After every step each agent whose state is not DONE gets −1; normalized by
     max_episode_steps × agents. Returns (normalized_return, arrived_fraction, steps).

@@ -152,7 +152,7 @@ def test_without_a_bank_the_report_has_no_bank_chart_and_the_deadline_is_the_bud
         client.env_create()
         client.env_step(seeded_actions(0, 0, 2))
         evaluation = service.evaluation
-        assert evaluation.deadline().at == evaluation.wait_started + STEP_S
+        assert evaluation.endings.deadline().at == evaluation.wait_started + STEP_S
         play_episode_from(client, episode=0, step=1)
         client.submit()
         summary = finish(outcome)

@@ -566,7 +566,7 @@ def test_encode_unsupported_raises_decode_error(value):
 
 
 def test_evaluator_process_rejects_object_array_payload_without_running_code(tmp_path):
-    """The evaluator's own import graph, in a fresh interpreter: the 131-byte RCE of WIRE.md."""
+    """The evaluator's own import graph, in a fresh interpreter: the 131-byte RCE of docs/design/wire.md."""
     marker = tmp_path / "code-ran"
     message = tmp_path / "message.bin"
     message.write_bytes(_object_array_payload(marker))

@@ -256,7 +256,7 @@ def test_every_hand_written_hostile_pickle_is_refused_and_runs_nothing(tmp_path,
 
 def test_the_fuzz_corpus_is_refused_or_decodes_to_plain_data(tmp_path, extensions):
     """Thousands of pickles, with mutants; what the unpickler does accept is plain data. Prints
-    the rejection figures the README quotes."""
+    the rejection figures on docs/design/performance.md#reliability-figures."""
     markers = tmp_path / "markers"
     markers.mkdir()
     corpus = hp.corpus("t-unit", markers)

@@ -195,7 +195,7 @@ def play_native(redis_url, redis_conn, service_id, tmp_path, **env_kwargs) -> tu
             assert env.observation_space.contains(observation)
             assert observation["frame"].shape == (480, 512, 3) and observation["frame"].flags.writeable
             observation, *_ = env.step(env.action_space.sample())
-            evaluators = service.evaluation.current._last[0]  # it waits for the next step
+            evaluators = service.evaluation.current.last_step[0]  # it waits for the next step
             assert_same(observation, evaluators)
         per_step = (redis_bytes_out(redis_conn) - before) // 5
         env.submit()

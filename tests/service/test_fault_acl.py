@@ -1,4 +1,7 @@
-"""Tenants are isolated (F13): the participant ACL rule of `arbiter acl` on a real redis-server."""
+"""Tenants are isolated (F13): the participant ACL rule of `arbiter acl` on a real redis-server.
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
+"""
 
 from __future__ import annotations
 

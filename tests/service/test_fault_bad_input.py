@@ -1,4 +1,4 @@
-"""The evaluator never dies of anything a client sends (RELIABILITY.md F5, F6, F7, F14).
+"""The evaluator never dies of anything a client sends (docs/design/reliability.md#f5, F6, F7, F14).
 
 Every test runs a real evaluator (in a thread) against the session's redis-server and feeds it
 hostile input: malformed and oversized messages, bad actions, absurd client timestamps, unknown

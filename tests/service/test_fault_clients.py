@@ -1,4 +1,7 @@
-"""Exactly-once requests for arbiter's client (F8) and one client per evaluation (F9)."""
+"""Exactly-once requests for arbiter's client (F8) and one client per evaluation (F9).
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
+"""
 
 from __future__ import annotations
 

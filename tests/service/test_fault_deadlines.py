@@ -1,4 +1,4 @@
-"""Deadlines never drop commands, and budgets decide exactly (RELIABILITY.md F16, F2, F3).
+"""Deadlines never drop commands, and budgets decide exactly (docs/design/reliability.md#f16, F2, F3).
 
 The slowness of the agent (or the instant a command is pushed) is what these tests exercise, so
 they sleep until chosen instants on purpose: on ``time.monotonic()``, the clock the evaluator's
@@ -228,7 +228,7 @@ def step_deadline_lane(redis_url: str, tests: str, results_root: str, trials: in
                 while not done and totals["sent"] < trials:
                     # The reply came after the evaluator set its step deadline: it can be read now.
                     offset_s = offsets[totals["sent"]]
-                    deadline = evaluation.deadline().at
+                    deadline = evaluation.endings.deadline().at
                     sleep_until(deadline + offset_s)
                     channel = raw.push_step(seeded_actions(episode, step, agents))
                     totals["sent"] += 1
@@ -270,7 +270,7 @@ def test_f16_steps_at_the_step_deadline_are_applied_or_counted_late(redis_url, t
 
 # --- F2 / F3: an agent 0.9×, 1.1× and 2× the step and planning budgets --------------------------
 
-# The planning budget is larger (as in RELIABILITY.md's scaled runs): the planning window opens
+# The planning budget is larger (as in docs/design/reliability.md's scaled runs): the planning window opens
 # when the ENV_CREATE reply is ready, and the client still has to build its env from the wire
 # state before it can even start the probe; at 0.5 s that setup alone could use up the window
 # on a loaded machine. 2 s leaves it a wide margin without making any case less exact.

@@ -1,4 +1,7 @@
-"""Floods are detected and ended, results intact (F15); a killed agent is found quickly (F1)."""
+"""Floods are detected and ended, results intact (F15); a killed agent is found quickly (F1).
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
+"""
 
 from __future__ import annotations
 

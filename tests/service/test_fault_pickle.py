@@ -1,4 +1,4 @@
-"""Pickled requests end to end (RELIABILITY.md F5, the pickle path), against a real redis-server.
+"""Pickled requests end to end (docs/design/reliability.md#f5, the pickle path), against a real redis-server.
 
 flatland-rl's ``FlatlandRemoteClient(use_pickle=True)`` pickles its whole request map and
 unpickles what it gets back. These tests run that unmodified client against arbiter's evaluator:

@@ -1,4 +1,7 @@
-"""Redis failures are survived or reported, never silent (F10)."""
+"""Redis failures are survived or reported, never silent (F10).
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
+"""
 
 from __future__ import annotations
 

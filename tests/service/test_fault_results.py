@@ -3,7 +3,7 @@ can tell, and withdrawing items (to play them again) survives a crash at any poi
 
 A kill, a full disk or a power loss can cut an item's append short at any byte: whatever it left
 (complete lines of a training run without its last record, a cut line) is dropped by every
-reader, scripts/rescore.py included, and cut off the file by ``--resume``.
+reader, `arbiter rescore` included, and cut off the file by ``--resume``.
 """
 
 from __future__ import annotations
@@ -33,11 +33,13 @@ def store_at(folder: Path) -> ResultsStore:
 
 
 def item(index: int, records: int = 1) -> list[dict]:
-    """One item's records: a training run when ``records`` > 1 (the run's figures on its last)."""
+    """One item's records as the core makes them: a training run when ``records`` > 1 (the run's
+    figures on its last, which is marked ``last_of_item``)."""
     return [
-        {"index": index, "unit": f"item-{index}", "run": n, "steps": 5, "wall_s": 0.5 if n == records - 1 else None}
+        {"index": index, "unit": f"item-{index}", "run": n, "steps": 5, "wall_s": 0.5 if n == records - 1 else None,
+         "last_of_item": n == records - 1}
         for n in range(records)
-    ]
+    ]  # fmt: skip
 
 
 def csv_indices(store: ResultsStore) -> list[int]:
@@ -74,11 +76,11 @@ def test_a_training_run_cut_short_is_dropped_by_every_reader_and_cut_off_on_resu
     expected = [record for records in items for record in records]
 
     assert read_records(str(tmp_path / "episodes.jsonl")) == expected
-    # scripts/rescore.py reads as resume does: the run is not among its records.
+    # `arbiter rescore` reads as resume does: the run is not among its records.
     summary = {"state": "INTERRUPTED", "format": "two-phase", "scoring": "two-phase", "score": {"primary": None}}
     (tmp_path / "summary.json").write_text(json.dumps(summary), encoding="utf-8")
-    rescored = subprocess.run([sys.executable, "scripts/rescore.py", str(tmp_path)], capture_output=True, text=True,
-                              cwd=REPO, timeout=60)  # fmt: skip
+    rescored = subprocess.run([sys.executable, "-m", "arbiter.server.cli", "rescore", str(tmp_path)],
+                              capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
     assert rescored.returncode == 0 and rescored.stdout.startswith(f"{len(expected)} records"), rescored.stdout
 
     resumed = store_at(tmp_path)

@@ -1,4 +1,7 @@
-"""Nothing finished is lost (F11): a killed evaluator resumes after its last finished episode."""
+"""Nothing finished is lost (F11): a killed evaluator resumes after its last finished episode.
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,8 @@ and Ctrl-C in `arbiter run` stops the agent's processes and the embedded Redis w
 
 Every test here runs real processes (`arbiter serve`, `arbiter run`, redis-server, agents) and
 signals them for real; times are measured from the signal and kept as test properties.
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
 """
 
 from __future__ import annotations

@@ -205,8 +205,8 @@ def test_a_full_results_disk_interrupts_at_once_and_resume_plays_the_cut_item_wh
     train = [r for r in read_episodes(str(results)) if r["stage"] == "train"]
     assert len(train) == TRAINING_STEPS // 5 and sum(r["steps"] for r in train) == TRAINING_STEPS
     assert [r["episode"] for r in train] == list(range(len(train)))  # one run, whole, from its start
-    rescored = subprocess.run([sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True,
-                              cwd=REPO, timeout=60)  # fmt: skip
+    rescored = subprocess.run([sys.executable, "-m", "arbiter.server.cli", "rescore", str(results)],
+                              capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
     assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout, rescored.stdout + rescored.stderr
     assert leftovers(results) == []
 
@@ -244,8 +244,9 @@ def test_a_results_folder_turned_read_only_interrupts_at_once_with_the_cause_on_
 # -- the store on its own: a write the disk refuses takes nothing with it -----------------------
 
 
-def record(index: int, n: int = 0, padding: int = 0) -> dict:
-    return {"index": index, "unit": f"item-{index}", "n": n, "pad": "x" * padding}
+def record(index: int, n: int = 0, padding: int = 0, last: bool = True) -> dict:
+    """A record as the core makes it (``last``: the last of its item)."""
+    return {"index": index, "unit": f"item-{index}", "n": n, "pad": "x" * padding, "last_of_item": last}
 
 
 def test_an_item_the_disk_cannot_hold_leaves_the_folder_as_it_was(small_disk):
@@ -253,7 +254,7 @@ def test_an_item_the_disk_cannot_hold_leaves_the_folder_as_it_was(small_disk):
     store.add_episodes([record(0)])
     before = {name: (small_disk / "r" / name).read_bytes() for name in ("episodes.jsonl", "results.csv")}
     with pytest.raises(ResultsUnwritable, match=r"episodes.jsonl: No space left on device"):
-        store.add_episodes([record(1, n, padding=1000) for n in range(3000)])  # 3 MB into 2 MiB
+        store.add_episodes([record(1, n, padding=1000, last=n == 2999) for n in range(3000)])  # 3 MB into 2 MiB
     assert {name: (small_disk / "r" / name).read_bytes() for name in before} == before
     assert store.unwritable is not None and leftovers(small_disk) == []
     assert read_records(store.episodes_path) == [record(0)]

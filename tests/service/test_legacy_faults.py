@@ -1,4 +1,4 @@
-"""F17: the legacy faults listed at the end of WIRE.md, each reproduced against arbiter.
+"""F17: the legacy faults listed at the end of docs/design/wire.md, each reproduced against arbiter.
 
 Most have a test of their own elsewhere, named here so the list can be checked in one place:
 
@@ -15,6 +15,8 @@ Most have a test of their own elsewhere, named here so the list can be checked i
 
 This file covers the rest in one scenario: a timeout in the very first episode, a Test whose
 episodes all timed out, and the raw reward a timed-out episode records.
+
+The F-numbers are the rows of the fault table, docs/design/reliability.md.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Finished episodes' envs are freed: flatland's class-level caches must not keep them alive; and
-the evaluator's process keeps the pages it frees for the next step (server/process_memory.py).
+"""Finished episodes' envs are freed: flatland's class-level caches must not keep them alive.
+(The evaluator's process keeping the pages it frees is in tests/service/test_process_memory.py.)
 
 Without ``release_flatland_caches`` each env of an evaluation stays referenced (~9 MiB apiece),
 on the evaluator and in the agent; scripts/bench.py measures the RSS over many episodes.
@@ -8,19 +8,12 @@ on the evaluator and in the agent; scripts/bench.py measures the RSS over many e
 from __future__ import annotations
 
 import gc
-import json
-import os
-import platform
-import subprocess
-import sys
 import weakref
 
-import pytest
 from harness import finish, play_episode, running_service, spec
 
 from arbiter.client import RemoteClient
 from arbiter.server.formats.flatland.episodes import FlatlandTestFolder
-from arbiter.server.service.process_memory import MMAP_THRESHOLD, TRIM_THRESHOLD
 
 
 def test_the_evaluator_frees_each_finished_episodes_env(tiny_tests):
@@ -69,57 +62,3 @@ def test_a_closed_episode_frees_its_env_at_once_without_a_collection(tiny_tests)
     finally:
         gc.enable()
     assert (episode.steps, episode.reward) == (steps, reward)
-
-
-# A step of an env with a 480×512×3 frame, as the evaluator's process sees it: the DIAMBRA mock's
-# frame, its bytes, and a reply message holding them; then the same with the thresholds applied.
-FRAME_STEPS = """
-import json, os, resource, sys
-import numpy as np
-applied = None
-if sys.argv[1] == "keep":
-    from arbiter.server.service.process_memory import keep_freed_memory
-    applied = keep_freed_memory()
-
-def step(k):
-    frame = np.ones((480, 512, 3), dtype=np.int8) * (k % 100)
-    data = frame.tobytes()
-    message = bytearray(len(data) + 64)
-    message[64:] = data
-    return len(message)
-
-for k in range(20):
-    step(k)
-before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-for k in range(200):
-    step(k)
-faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 200
-print(json.dumps({"applied": applied, "faults_per_step": faults}))
-"""
-
-
-def frame_steps(mode: str, **env: str) -> dict:
-    # glibc's own defaults, whatever this shell set
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
-    done = subprocess.run([sys.executable, "-c", FRAME_STEPS, mode], capture_output=True, text=True, timeout=60,
-                          check=True, env={**clean, **env})  # fmt: skip
-    return json.loads(done.stdout)
-
-
-glibc_only = pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="mallopt's thresholds are glibc's")
-
-
-@glibc_only
-def test_the_evaluators_process_reuses_the_pages_of_its_last_step():
-    default, kept = frame_steps("default"), frame_steps("keep")
-    assert kept["applied"] == {"mmap_threshold": MMAP_THRESHOLD, "trim_threshold": TRIM_THRESHOLD}
-    # glibc's defaults map and unmap (or trim) the frame-sized buffers at every step
-    assert default["faults_per_step"] > 100, default
-    assert kept["faults_per_step"] < 1, kept
-
-
-@glibc_only
-def test_an_operators_malloc_settings_are_left_alone():
-    assert frame_steps("keep", MALLOC_TRIM_THRESHOLD_="131072")["applied"] is None
-    assert frame_steps("keep", GLIBC_TUNABLES="glibc.malloc.mmap_threshold=131072")["applied"] is None
-    assert frame_steps("keep", GLIBC_TUNABLES="glibc.cpu.hwcaps=-AVX512F")["applied"] is not None

@@ -300,7 +300,7 @@ threading.Event().wait()
 def test_a_remote_env_started_after_a_killed_one_takes_over_the_two_phase_evaluation(
     redis_url, service_id, tmp_path, processes, record_property
 ):
-    from test_two_phase_e2e import fake_spec
+    from fake_envs import fake_spec
 
     from arbiter.client.remote_env import RemoteEnv
 

@@ -12,6 +12,8 @@ from typing import Any
 import gymnasium
 import numpy as np
 
+from arbiter.server.core.competition import spec_from_dict
+
 
 class CountingEnv(gymnasium.Env):
     """Observation: [steps so far, seed % 1000]; action 0 or 1; reward ``reward`` per step plus
@@ -41,3 +43,53 @@ class CountingEnv(gymnasium.Env):
         self.steps += 1
         reward = self.reward + (self.bonus if action == 1 else 0.0)
         return self._observation(), reward, self.steps >= self.length, False, {"steps": self.steps}
+
+
+def fake_spec(**extra: Any) -> Any:
+    """A two-phase competition on CountingEnv: 5-step episodes, 1 per step (+bonus for action 1).
+    ``extra`` overrides keys; ``phase2`` and ``budgets`` are merged into the defaults."""
+    data: dict[str, Any] = {
+        "format": "two-phase",
+        "seed": 7,
+        "env_id": "fake_envs:CountingEnv",
+        "env_kwargs": {"length": 5, "bonus": 1.0},
+        "reward_per_step": [1.0, 2.0],
+        "worst_return": 0.0,
+        "num_episodes": 2,
+        "phase2": {"max_steps": 200, "goal_reward": 9.0, "stability_window": 2, "num_runs": 2,
+                   "step_s": 2.0, "planning_s": 2.0, "run_budget_s": 30.0},
+        "budgets": {"step_s": 2.0, "planning_s": 2.0, "idle_s": 5.0, "overall_s": 120.0},
+    }  # fmt: skip
+    for key, value in extra.items():
+        if key in ("phase2", "budgets"):
+            data[key] = {**data[key], **value}
+        else:
+            data[key] = value
+    return spec_from_dict("fake", data)
+
+
+# -- competitions on CountingEnv: the cheapest evaluations whose env is the server's ----------------
+
+# Budgets no agent of these tests comes near, unless a test chooses otherwise.
+ROOMY_BUDGETS = {"step_s": 5.0, "planning_s": 5.0, "idle_s": 10.0, "overall_s": 300.0}
+
+
+def counting_competition(
+    *, num_episodes: int = 3, length: int = 5, phase: int = 1, budgets: dict[str, float] | None = None, **keys: Any
+) -> Any:
+    """Phase ``phase`` of a two-phase competition whose episodes last ``length`` steps of reward 1
+    each (plus 1 per action 1); ``keys`` are further competition keys (``phase2``, ``debug`` ...)."""
+    return spec_from_dict(
+        "counting",
+        {
+            "format": "two-phase",
+            "seed": 7,
+            "env_id": "fake_envs:CountingEnv",
+            "env_kwargs": {"length": length, "reward": 1.0, "bonus": 1.0},
+            "worst_return": 0.0,
+            "num_episodes": num_episodes,
+            "phase": phase,
+            "budgets": {**ROOMY_BUDGETS, **(budgets or {})},
+            **keys,
+        },
+    )

@@ -60,11 +60,20 @@ def spec(**budgets: Any) -> CompetitionSpec:
 
 @contextlib.contextmanager
 def running_service(
-    competition: CompetitionSpec, *, tests: str, results: str, redis_url: str, service_id: str
+    competition: CompetitionSpec,
+    *,
+    tests: str | None,
+    results: str,
+    redis_url: str,
+    service_id: str,
+    resume: bool = False,
 ) -> Iterator[tuple[EvaluatorService, dict[str, Any]]]:
     """An evaluator serving in a background thread; yields (service, outcome) where outcome
-    gets "summary" once the evaluation ends. Always stopped and joined on exit."""
-    service = build_service(competition, tests=tests, results_dir=results, redis_url=redis_url, service_id=service_id)
+    gets "summary" once the evaluation ends. Always stopped and joined on exit. ``resume``: it
+    continues the evaluation of ``results`` (``arbiter serve --resume``)."""
+    service = build_service(
+        competition, tests=tests, results_dir=results, redis_url=redis_url, service_id=service_id, resume=resume
+    )
     outcome: dict[str, Any] = {}
 
     def serve() -> None:

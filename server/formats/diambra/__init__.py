@@ -1,4 +1,4 @@
-"""The DIAMBRA Arena format (SCORING.md §3): a fighting-game agent plays N episodes of a game at
+"""The DIAMBRA Arena format (docs/formats/diambra.md): a fighting-game agent plays N episodes of a game at
 the difficulty its submitter chose, scored by the difficulty-weighted rule.
 
 - ``games``: what arbiter knows of each game (difficulty levels, reward-bound parameters, characters);
@@ -25,11 +25,11 @@ from arbiter.server.formats.diambra.settings import DiambraSettings
 
 FORMAT = Format(
     name="diambra",
-    description="DIAMBRA Arena fighting games: difficulty-weighted score (engine mock unless DIAMBRA_ENVS is set)",
     rules={"diambra": DiambraRule},
     make_plan=DiambraPlan,
     options=DiambraSettings,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
     clients="arbiter.client.RemoteEnv",
+    secret_seed=True,
 )

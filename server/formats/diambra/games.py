@@ -18,7 +18,7 @@ DIFFICULTIES = ("easy", "medium", "hard")
 class Game:
     game_id: str
     name: str
-    levels: dict[str, int]  # difficulty name → the game's own difficulty level (SCORING.md §3)
+    levels: dict[str, int]  # difficulty name → the game's own difficulty level (docs/formats/diambra.md)
     level_range: tuple[int, int]  # every level the game accepts
     rounds_per_stage: int  # N_r
     stages_per_game: int  # N_s
@@ -165,5 +165,5 @@ _GAME_LIST = (
 
 GAMES: dict[str, Game] = {game.game_id: game for game in _GAME_LIST}
 
-# The six games SCORING.md §3 names, with their difficulty table and documented bounds.
+# The six games docs/formats/diambra.md names, with their difficulty table and documented bounds.
 SCORED_GAMES = ("doapp", "sfiii3n", "tektagt", "umk3", "samsh5sp", "kof98umh")

@@ -28,32 +28,32 @@ from collections.abc import Mapping
 from typing import Any
 
 from arbiter.protocol.errors import OutOfOrder
-from arbiter.protocol.messages import EXTENSION_KEY
-from arbiter.protocol.spaces import space_to_wire
-from arbiter.server.formats.base import Item, plain, step_reply
+from arbiter.server.core.summary import FINISHED, timeout_of
+from arbiter.server.formats.base import Column, Item, plain, step_reply
 from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE, engine_address_from_environ
 from arbiter.server.formats.diambra.env import DiambraEnv, episode_seed
 from arbiter.server.formats.diambra.scoring import Bounds, episode_record
 from arbiter.server.formats.diambra.settings import DiambraSettings
+from arbiter.server.formats.gym_episode import GymEpisode, GymPlan
 
 TRACE_POINTS = 512  # a record keeps at most about this many points of its reward-over-time trace
 
-CSV_COLUMNS = [
-    "episode",
-    "game",
-    "difficulty",
-    "level",
-    "seed",
-    "steps",
-    "reward",
-    "partial_reward",
-    "k",
-    "score",
-    "bounds_source",
-    "ended_by",
-    "invalid_actions",
-    "engine",
-]
+COLUMNS = (
+    Column("game", label=""),
+    Column("difficulty", "<10", label=""),
+    Column("episode", progress=True, table=False),
+    Column("level", progress=False, table=False),
+    Column("seed", ">10"),
+    Column("engine", progress=False),
+    Column("steps", ">6"),
+    Column("reward", ">8g", label="R", title="R"),
+    Column("partial_reward", progress=False, table=False),
+    Column("k", ">7.4f"),
+    Column("score", ">9.1f"),
+    Column("bounds_source", progress=False, table=False),
+    Column("ended", progress=False, table=False),
+    Column("invalid_actions", progress=False, table=False),
+)
 
 
 def engine_label(engine: str) -> str:
@@ -88,27 +88,22 @@ class RewardTrace:
         return {"reward_trace": points, "round_ends": self.round_ends}
 
 
-class DiambraEpisode:
+class DiambraEpisode(GymEpisode):
     """One episode being played: the plan's env, reset with the episode's seed when opened."""
 
-    spans_resets = False
-    stage_budget_s = None
-
     def __init__(self, env: DiambraEnv, item: Item, seed: int | None, bounds: Bounds, last: bool):
-        self.env = env
-        self.item = item
         self.bounds = bounds
         self.last = last  # the evaluation's last episode: its end is the agent's env_done
-        self.observation, self.info = env.reset(seed=seed)
-        self.seed = env.seed_used
-        self.steps = 0
-        self.total = 0.0
         self.invalid = 0
-        self.over = False
         self.trace = RewardTrace()
-        self._last: tuple[Any, float, bool, bool, dict[str, Any]] | None = None
+        super().__init__(env, item, seed)
 
-    def _place(self) -> dict[str, Any]:
+    def reset_env(self, seed: int | None) -> tuple[Any, Any]:
+        observation, info = self.env.reset(seed=seed)
+        self.seed = self.env.seed_used  # drawn by the env when the competition has no seed
+        return observation, info
+
+    def place(self) -> dict[str, Any]:
         settings = self.env.settings
         return {
             **self.item.fields,
@@ -119,17 +114,11 @@ class DiambraEpisode:
         }
 
     def create_payload(self) -> dict[str, Any]:
-        return {
-            "observation": self.observation,
-            "info": {**plain(self.info), "env_done": False},
-            EXTENSION_KEY: self._place(),
-        }
-
-    def next_reset(self) -> dict[str, Any]:  # pragma: no cover - an episode never spans resets
-        raise NotImplementedError
+        return {**super().create_payload(), "info": {**plain(self.info), "env_done": False}}
 
     def sanitize(self, action: Any) -> tuple[Any, int]:
-        """The no-op in place of an action outside the action space (counted); never raises."""
+        """The no-op in place of an action outside the action space (counted), never a refusal:
+        the game's clock runs whatever the controller does, so refusing would only stall the agent."""
         clean, invalid = self.env.sanitize(action)
         self.invalid += invalid
         return clean, invalid
@@ -137,31 +126,27 @@ class DiambraEpisode:
     def step(self, action: Any) -> bool:
         if self.over:
             raise OutOfOrder("the episode is over: ENV_CREATE starts the next one")
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        self.total += reward
-        self.trace.add(self.steps, self.total, reward, info.get("round_done", False))
-        self.over = terminated or truncated
-        self._last = (observation, reward, terminated, truncated, info)
-        return self.over
+        over = super().step(action)
+        assert self.last_step is not None
+        self.trace.add(self.steps, self.total_return, self.last_step[1], self.last_step[4].get("round_done", False))
+        return over
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
-        assert self._last is not None
-        info = {**self._last[4], "invalid_action": bool(invalid), "env_done": self.over and self.last}
+        if self.last_step is None:
+            raise RuntimeError("DiambraEpisode.step_reply before any step")
+        info = {**self.last_step[4], "invalid_action": bool(invalid), "env_done": self.over and self.last}
         place = {"episode": self.item.fields["episode"], "engine": self.env.engine}
         if self.over:
             place["seed"] = self.seed  # the episode has ended: its seed is no secret any more
-        return step_reply(self._last, done=self.over, step=self.steps, invalid=invalid, info=info,
+        return step_reply(self.last_step, done=self.over, step=self.steps, invalid=invalid, info=info,
                           stage_over=self.over, **place)  # fmt: skip
 
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
-        if finished:
-            ended_by = "finished"
-        else:
-            ended_by = f"{timeout}_timeout" if timeout else "agent" if abandoned else "evaluation"
+    def record(self, ended: str) -> dict[str, Any]:
+        finished = ended == FINISHED
+        timeout = timeout_of(ended)
         record = episode_record(
             self.env.settings,
-            reward=self.total,
+            reward=self.total_return,
             bounds=self.bounds,
             seed=self.seed,
             engine=self.env.engine,
@@ -173,47 +158,41 @@ class DiambraEpisode:
             abandoned=not finished and timeout is None,
             episode=self.item.fields["episode"],
         )
-        return [
-            {
-                **record,
-                "abandoned": abandoned,
-                "ended_by": ended_by,
-                "drawn": self.env.drawn,
-                **self.trace.as_record(self.steps, self.total),
-            }
-        ]
-
-    def close(self) -> None:
-        self._last = None
+        return {**record, "drawn": self.env.drawn, **self.trace.as_record(self.steps, self.total_return)}
 
 
-class DiambraPlan:
-    server_side = True  # every step gets a reply: the agent needs its next frame
+class DiambraPlan(GymPlan):
     prepare_ahead = False  # one env, reset in open(): nothing to build ahead
     packages = ("diambra-arena", "gymnasium")  # versions recorded in the summary
+    columns = COLUMNS
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None, environ: Mapping[str, str] | None = None):
-        settings: DiambraSettings = spec.options
-        self.settings = settings
-        self.seed = spec.seed
-        self.csv_columns = CSV_COLUMNS
-        address = engine_address_from_environ(os.environ if environ is None else environ)
-        self.env = DiambraEnv(settings, engine_address=address)
+        self.settings: DiambraSettings = spec.options
+        self.address = engine_address_from_environ(os.environ if environ is None else environ)
+        super().__init__(spec, rule, tests=tests)
         self.bounds = self.env.reward_bounds()
         self.engine = self.env.engine
-        episodes = settings.episodes if spec.max_episodes is None else min(settings.episodes, spec.max_episodes)
-        self.items = [Item(index=i, key=f"episode/{i}", fields={"episode": i}) for i in range(episodes)]
+        settings, address = self.settings, self.address
         game = settings.game_facts
         self.source = (
             f"diambra-arena {settings.game} ({game.name}), {settings.difficulty} = level {settings.level}, "
             f"{engine_label(self.engine)}" + (f" ({MOCK_NOTE})" if self.engine == ENGINE_MOCK else f" at {address}")
         )
 
+    def make_env(self) -> DiambraEnv:
+        return DiambraEnv(self.settings, engine_address=self.address)
+
+    def make_items(self) -> list[Item]:
+        episodes = self.settings.episodes
+        if self.spec.max_episodes is not None:
+            episodes = min(episodes, self.spec.max_episodes)
+        return [Item(index=i, unit=f"episode/{i}", fields={"episode": i}) for i in range(episodes)]
+
     def open(self, item: Item) -> DiambraEpisode:
         seed = episode_seed(self.seed, item.index)
         return DiambraEpisode(self.env, item, seed, self.bounds, last=item.index == len(self.items) - 1)
 
-    def unplayed(self, item: Item) -> list[dict[str, Any]]:
+    def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
         record = episode_record(
             self.settings,
             reward=0.0,
@@ -224,17 +203,14 @@ class DiambraPlan:
             played=False,
             episode=item.index,
         )
-        return [{**record, "ended_by": "not_played", "reward_trace": [], "round_ends": []}]
+        return [{**record, "reward_trace": [], "round_ends": []}]
 
     def handshake(self) -> dict[str, Any]:
         """The spaces, and what the agent plays: game, difficulty and level, the settings, the
         episodes, the reward bounds, and the engine."""
         described = self.env.describe()
         return {
-            "spaces": {
-                "observation": space_to_wire(self.env.observation_space),
-                "action": space_to_wire(self.env.action_space),
-            },
+            **super().handshake(),
             "engine": self.engine,
             "engine_note": MOCK_NOTE if self.engine == ENGINE_MOCK else "a DIAMBRA engine runs the game",
             "game": self.settings.game,
@@ -249,25 +225,3 @@ class DiambraPlan:
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {"engine": self.engine}
-
-    def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
-        return {column: record.get(column, "") for column in CSV_COLUMNS}
-
-    def progress_text(self, record: dict[str, Any]) -> str | None:
-        return (
-            f"{record['game']} {record['difficulty']} episode {record['episode']} (seed {record['seed']}, "
-            f"{engine_label(record['engine'])}): steps {record['steps']:>5}  R {record['reward']:g}  "
-            f"k {record['k']:.4f}  score {record['score']:g}"
-        )
-
-    def table_header(self) -> str:
-        return f"{'game':<9} {'difficulty':<10} {'seed':>10} {'steps':>6} {'R':>8} {'k':>7} {'score':>9}  engine"
-
-    def table_row(self, r: dict[str, Any]) -> str | None:
-        return (
-            f"{r['game']:<9} {r['difficulty']:<10} {r['seed'] if r['seed'] is not None else '-':>10} "
-            f"{r['steps']:>6} {r['reward']:>8g} {r['k']:>7.4f} {r['score']:>9.1f}  {r['engine']}"
-        )
-
-    def close(self) -> None:
-        self.env.close()

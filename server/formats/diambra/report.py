@@ -12,6 +12,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from arbiter.server.core.summary import ENDING_TEXT
 from arbiter.server.formats.diambra.games import DIFFICULTIES, GAMES
 from arbiter.server.formats.diambra.scoring import rescore, weighted_score
 from arbiter.server.formats.diambra.settings import GAME_SPECIFIC
@@ -23,15 +24,11 @@ UNSET = "unset: drawn at each reset"
 MAX_TRACE_CHARTS = 12  # episodes drawn one chart each; the rest are in the table
 CURVE_CSS = {"easy": "", "medium": "second", "hard": "third"}  # blue, green, amber (report_style)
 KEY_COLOURS = {"easy": "var(--blue)", "medium": "var(--green)", "hard": "var(--amber)"}
-ENDED_TEXT = {
-    "finished": "finished",
-    "step_timeout": "step budget ran out",
-    "planning_timeout": "planning budget ran out",
-    "stage_timeout": "episode budget ran out",
-    "agent": "left by the agent",
-    "evaluation": "cut by the evaluation's end",
-    "not_played": "not played",
-}
+
+
+def _ended(record: dict[str, Any]) -> str:
+    ended = str(record.get("ended"))
+    return ENDING_TEXT.get(ended, ended)
 
 
 def _num(value: float) -> str:
@@ -77,7 +74,7 @@ def _score_curves(records: list[dict[str, Any]]) -> str:
         if reward is None:
             continue
         k, score = rescore(record)
-        ended = ENDED_TEXT.get(str(record.get("ended_by")), str(record.get("ended_by")))
+        ended = _ended(record)
         tip = (
             f"episode {record.get('episode')} ({record.get('difficulty')}, seed {record.get('seed')}): "
             f"R = {_num(reward)}, k = {k:.4f}, score = {_num(score)}; {ended}"
@@ -122,7 +119,7 @@ def _episodes_table(records: list[dict[str, Any]]) -> str:
             f"<td>{fmt_score(record.get('reward'), 1)}</td>"
             f"<td>{fmt_score(partial if partial is not None else record.get('reward'), 1)}</td>"
             f"<td>{k:.4f}</td><td>{fmt_score(score, 1)}</td>"
-            f"<td>{escape(ENDED_TEXT.get(str(record.get('ended_by')), str(record.get('ended_by'))))}</td>"
+            f"<td>{escape(_ended(record))}</td>"
             f"<td>{fmt_count(record.get('steps'))}</td><td>{fmt_count(record.get('invalid_actions'))}</td></tr>"
         )
     return f'<table class="numeric"><thead>{head}</thead><tbody>{rows}</tbody></table>'
@@ -136,7 +133,7 @@ def _reward_over_time(records: list[dict[str, Any]]) -> str:
         steps = max(float(record.get("steps") or 0), points[-1][0], 1.0)
         values = [y for _, y in points]
         title = f"Episode {record.get('episode')}: cumulative reward over its steps"
-        ended = ENDED_TEXT.get(str(record.get("ended_by")), str(record.get("ended_by")))
+        ended = _ended(record)
         rounds = [int(s) for s in record.get("round_ends") or []]
         chart = xy_chart(
             f"diambra-reward-{record.get('episode')}",

@@ -1,4 +1,4 @@
-"""The difficulty-weighted score (SCORING.md §3), as pure functions over episode records.
+"""The difficulty-weighted score (docs/formats/diambra.md), as pure functions over episode records.
 
 R is an episode's total cumulative reward. Easy: score = R. Medium and Hard: score = R × k(R),
 where k grows linearly from 1 at the lowest possible R to L_D / L_Easy at the highest, and is
@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.server.formats.base import Rule
 from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE
 from arbiter.server.formats.diambra.games import GAMES
 from arbiter.server.formats.diambra.settings import DiambraSettings
@@ -121,16 +122,12 @@ def rescore(record: dict[str, Any]) -> tuple[float, float]:
     )
 
 
-class DifficultyWeightedRule:
+class DifficultyWeightedRule(Rule):
     """An evaluation of N episodes scores the mean of their weighted scores; the secondary
     figure is the mean unweighted reward R."""
 
     name = RULE_NAME
-    reward_model = "diambra"
-    higher_is_better = True
-
-    def __init__(self, options: DiambraSettings | None = None):
-        self.options = options
+    options: DiambraSettings | None
 
     def primary(self, records: list[dict[str, Any]]) -> float | None:
         scores = [rescore(r)[1] for r in records]
@@ -181,7 +178,7 @@ EPISODE_FIELDS = (
     "bounds",
     "bounds_source",
     "level",
-    "ended_by",
+    "ended",
     "steps",
     "invalid_actions",
     "engine",

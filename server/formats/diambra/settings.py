@@ -1,6 +1,6 @@
 """The DIAMBRA format's competition keys, checked at load against what the game supports.
 
-``game`` and ``difficulty`` say what is played and how it is weighted (SCORING.md §3);
+``game`` and ``difficulty`` say what is played and how it is weighted (docs/formats/diambra.md);
 ``episodes`` how many episodes make one evaluation (its score is their mean). The env keys are
 the ones that change what an agent faces or how fast it runs: frame shape, step ratio, role,
 characters, outfits, the action space, and the game-specific keys of diambra-arena 2.2.7

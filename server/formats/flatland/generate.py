@@ -7,11 +7,16 @@ same envs, which keeps local runs, CI and benchmarks comparable without storing 
 
 Folders are written to a temporary sibling and renamed into place at the end, so a reader (or a second
 process racing on the same cache folder) never sees a half-written test set.
+
+The format's hooks: ``write_test_folder`` (``arbiter generate``) and ``debug_test_set`` (the test
+set of an ``arbiter run`` given none).
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
+import json
 import logging
 import os
 import re
@@ -23,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from arbiter.protocol.errors import ConfigError
 
 logger = logging.getLogger(__name__)
 
@@ -93,16 +100,40 @@ PRESETS: dict[str, list[dict[str, Any]]] = {
     ],
     # For unit tests: as small as flatland allows while still having two cities.
     "tiny": [_env(0, level, 2, 25, malfunction_interval=250) for level in range(3)],
-    # Growing sizes, one Test per size, to measure how the evaluator scales.
-    "bench": [
-        _env(0, 0, 3, 30),
-        _env(1, 0, 10, 40, n_cities=3),
-        _env(2, 0, 20, 50, n_cities=4),
-        _env(3, 0, 30, 60, n_cities=5),
-        _env(4, 0, 40, 70, n_cities=6),
-        _env(5, 0, 50, 80, n_cities=7),
-    ],
 }
+
+#: What a level given to ``generate_test_set(levels=...)`` must name, and what else it may set: the
+#: env_generator parameters metadata.csv records, so that every generated level can be reproduced.
+LEVEL_REQUIRED_KEYS = ("test", "level", "n_agents", "dim")
+LEVEL_OPTIONAL_KEYS = tuple(
+    c for c in METADATA_COLUMNS if c not in ("test_id", "env_id", "n_agents", "n_envs_run", "seed")
+)
+
+
+def _given_levels(levels: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The levels a caller gave, completed as the presets' levels are; a clear error for a bad one."""
+    if not levels:
+        raise ValueError("levels is empty: give at least one level")
+    entries, seen = [], set()
+    for index, spec in enumerate(levels):
+        missing = [key for key in LEVEL_REQUIRED_KEYS if key not in spec]
+        unknown = sorted(set(spec) - set(LEVEL_REQUIRED_KEYS) - set(LEVEL_OPTIONAL_KEYS))
+        if missing or unknown:
+            raise ValueError(
+                f"level {index} ({spec!r}): missing {missing}, unknown {unknown}; a level names "
+                f"{list(LEVEL_REQUIRED_KEYS)} and may set {list(LEVEL_OPTIONAL_KEYS)}"
+            )
+        where = (spec["test"], spec["level"])
+        if where in seen:
+            raise ValueError(f"level {index}: Test_{where[0]}/Level_{where[1]} is given twice")
+        seen.add(where)
+        entries.append(_env(**spec))
+    return entries
+
+
+DEFAULT_PRESET = "debug"
+DEFAULT_SEED = 42
+GENERATE_OPTIONS = ("preset", "seed", "overwrite")  # the `arbiter generate` options this generator reads
 
 
 def _derived_seed(seed: int, test: int, level: int, attempt: int) -> int:
@@ -162,19 +193,29 @@ def _metadata_row(params: dict[str, Any], env_seed: int) -> dict[str, Any]:
 
 
 def generate_test_set(
-    out_dir: str | os.PathLike[str], preset: str = "debug", seed: int = 42, overwrite: bool = False
+    out_dir: str | os.PathLike[str],
+    preset: str = "debug",
+    seed: int = 42,
+    overwrite: bool = False,
+    *,
+    levels: list[dict[str, Any]] | None = None,
 ) -> list[str]:
     """Write ``preset`` as a flatland test folder at ``out_dir``; return the env paths in (test, level) order.
 
-    Refuses a non-empty ``out_dir`` unless ``overwrite`` so a typo cannot clobber a real test set.
+    ``levels`` replaces the preset with levels of the caller's own: each a dict naming
+    ``LEVEL_REQUIRED_KEYS`` (``dim`` is the side of a square grid) and setting any of
+    ``LEVEL_OPTIONAL_KEYS``; what it leaves out is as in the presets. The same levels and seed always
+    give the same envs. Refuses a non-empty ``out_dir`` unless ``overwrite`` so a typo cannot clobber
+    a real test set.
     """
-    if preset not in PRESETS:
+    if levels is None and preset not in PRESETS:
         raise ValueError(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
+    chosen = PRESETS[preset] if levels is None else _given_levels(levels)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
         raise FileExistsError(f"{out} exists and is not empty; pass overwrite=True to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
-    entries = sorted(PRESETS[preset], key=lambda p: (p["test"], p["level"]))
+    entries = sorted(chosen, key=lambda p: (p["test"], p["level"]))
 
     from flatland.envs.persistence import RailEnvPersister
 
@@ -197,7 +238,8 @@ def generate_test_set(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    logger.info("generated %d envs of preset %r (seed %d) in %s", len(rel_paths), preset, seed, out)
+    source = f"preset {preset!r}" if levels is None else "the levels given"
+    logger.info("generated %d envs of %s (seed %d) in %s", len(rel_paths), source, seed, out)
     return rel_paths
 
 
@@ -212,21 +254,34 @@ def _move_into_place(tmp: Path, out: Path) -> None:
         os.replace(tmp, out)  # POSIX rename replaces an empty directory atomically
 
 
-def cached_test_set(preset: str = "debug", seed: int = 42, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Return a folder holding ``preset``, generating it on first use.
+def cached_test_set(
+    preset: str = "debug",
+    seed: int = 42,
+    cache_dir: str | os.PathLike[str] | None = None,
+    *,
+    levels: list[dict[str, Any]] | None = None,
+) -> Path:
+    """Return a folder holding ``preset`` (or ``levels``, as ``generate_test_set`` takes them),
+    generating it on first use.
 
     The folder name includes the flatland version because pickles (and generator output) change between
-    flatland releases. Concurrent callers each generate into their own temp folder; the first rename wins
-    and the others discard their copy, so no lock is needed.
+    flatland releases, and for ``levels`` a digest of them. Concurrent callers each generate into their
+    own temp folder; the first rename wins and the others discard their copy, so no lock is needed.
     """
     root = Path(cache_dir or os.environ.get("ARBITER_CACHE_DIR") or Path.home() / ".cache" / "arbiter")
+    if levels is not None:
+        digest = hashlib.sha256(json.dumps(levels, sort_keys=True).encode()).hexdigest()[:12]
+        preset = f"levels{len(levels)}-{digest}"
     target = root / f"tests-{preset}-seed{seed}-flatland{version('flatland-rl')}"
     if (target / "metadata.csv").is_file():  # only ever appears via the final rename, so it is complete
         return target
     root.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{target.name}.gen-"))
     try:
-        generate_test_set(tmp / "set", preset=preset, seed=seed)
+        if levels is not None:
+            generate_test_set(tmp / "set", seed=seed, levels=levels)
+        else:
+            generate_test_set(tmp / "set", preset=preset, seed=seed)
         try:
             os.rename(tmp / "set", target)
         except OSError:
@@ -258,3 +313,24 @@ def list_env_paths(tests_dir: str | os.PathLike[str]) -> list[str]:
     if not found:
         raise ValueError(f"no Test_<t>/Level_<l>.pkl envs found under {root}")
     return [rel for _, _, rel in sorted(found)]
+
+
+def write_test_folder(out_dir: str, options: dict[str, Any]) -> str:
+    """The ``generate`` hook: a test folder from ``arbiter generate``'s options (preset, seed,
+    overwrite; None where not given); the line saying what was written."""
+    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
+
+    given = [name for name, value in options.items() if value is not None and value is not False]
+    foreign = sorted(name for name in given if name not in GENERATE_OPTIONS)
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise ConfigError(f"the flatland generator takes --preset, --seed and --overwrite, not {flags}")
+    preset = options.get("preset") or DEFAULT_PRESET
+    seed = DEFAULT_SEED if options.get("seed") is None else options["seed"]
+    paths = generate_test_set(out_dir, preset=preset, seed=seed, overwrite=bool(options.get("overwrite")))
+    return f"wrote {plural(len(paths), 'env')} and metadata.csv to {out_dir}"
+
+
+def debug_test_set() -> str:
+    """The ``default_tests`` hook: the debug preset with the default seed, generated once into the cache."""
+    return str(cached_test_set(DEFAULT_PRESET, DEFAULT_SEED))

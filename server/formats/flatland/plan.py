@@ -11,9 +11,12 @@ import math
 import statistics
 from typing import Any
 
+from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.messages import EXTENSION_KEY
-from arbiter.server.formats.base import Item
+from arbiter.server.core.summary import FINISHED
+from arbiter.server.formats.base import Column, Item, OpenItem, Plan
 from arbiter.server.formats.flatland.episodes import FlatlandEpisode, FlatlandTestFolder, sanitize_actions
+from arbiter.server.formats.flatland.rules import FlatlandRule
 
 # flatland-rl's result columns, in its order, so tools reading its CSV read ours.
 FLATLAND_RESULT_COLUMNS = [
@@ -28,21 +31,33 @@ FLATLAND_RESULT_COLUMNS = [
     "controller_inference_time_mean",
     "controller_inference_time_max",
 ]
-EXTRA_COLUMNS = ["timed_out", "timeout", "debug"]
+EXTRA_COLUMNS = ["timed_out", "timeout", "ended", "debug"]
 
 
-class FlatlandItem:
+def _arrived(record: dict[str, Any]) -> str:
+    return f"{record['arrived']}/{record['num_agents']}" if record.get("num_agents") else "-"
+
+
+# What the progress line and the end table show (results.csv is flatland-rl's: ``csv_row``).
+COLUMNS = (
+    Column("env", "<22", label="", csv=False),
+    Column("num_agents", ">6", title="agents", progress=False, csv=False),
+    Column("steps", ">5", width=6, csv=False),
+    Column("normalized_return", ".4f", label="return", title="return", width=9, csv=False),
+    Column("arrived", ">5", value=_arrived, table=False, csv=False),
+    Column("arrived_fraction", ">8.3f", title="arrived", progress=False, csv=False),
+)
+
+
+class FlatlandItem(OpenItem):
     """One opened episode of the test folder."""
 
-    spans_resets = False
-    stage_budget_s = None
-
     def __init__(self, item: Item, episode: FlatlandEpisode, plan: FlatlandPlan):
-        self.item = item
+        super().__init__(item)
         self.episode = episode
         self._plan = plan
 
-    @property
+    @property  # type: ignore[override]
     def steps(self) -> int:
         return self.episode.steps
 
@@ -56,13 +71,10 @@ class FlatlandItem:
             "env_state": self.episode.wire_state,
             "episode": self.item.index,
             "episodes": len(self._plan.items),
-            "reward_model": self._plan.rule.reward_model,
+            "reward_model": self._plan.reward_model,
             "debug": self._plan.debug,
         }
         return body
-
-    def next_reset(self) -> dict[str, Any]:  # pragma: no cover - an episode never spans resets
-        raise NotImplementedError
 
     def sanitize(self, action: Any) -> tuple[dict[int, int], int]:
         return sanitize_actions(action, self.episode.num_agents)
@@ -73,40 +85,51 @@ class FlatlandItem:
     def step_reply(self, invalid: int) -> dict[str, Any]:
         return {"done": self.episode.done, "step": self.episode.steps, "invalid_actions": invalid}
 
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
+    def record(self, ended: str) -> dict[str, Any]:
         episode = self.episode
-        return [self._plan.record(self.item, episode, episode.num_agents, finished=finished)]
+        return self._plan.record(self.item, episode, episode.num_agents, finished=ended == FINISHED)
 
     def close(self) -> None:
         self.episode.close()
 
 
-class FlatlandPlan:
+class FlatlandPlan(Plan):
     server_side = False  # the client mirrors the env; steps are answered only when asked
     prepare_ahead = True  # loading an env takes long: the next one is built while the agent thinks
     packages = ("flatland-rl",)  # versions recorded in the summary
+    columns = COLUMNS
+    rule: FlatlandRule
 
-    def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
-        from arbiter.protocol.errors import ConfigError
-
+    def __init__(self, spec: Any, rule: FlatlandRule, *, tests: str | None = None):
         if tests is None:
             raise ConfigError("a Flatland evaluation needs a test folder (--tests DIR)")
-        self.rule = rule
-        self.debug = spec.debug
         self.folder = FlatlandTestFolder(tests, seed=spec.seed, max_episodes=spec.max_episodes)
-        self.seed = spec.seed
+        self._episodes = self.folder.episodes
+        super().__init__(spec, rule, tests=tests)
+        self.debug = spec.debug
         self.source = tests
         self.tests_dir = tests
-        self._episodes = self.folder.episodes
-        self.items = [
-            Item(index=e.index, key=e.env, fields={"env": e.env, "test": e.test, "level": e.level})
+        metadata = [c for c in self.folder.metadata_columns if c not in FLATLAND_RESULT_COLUMNS]
+        self._csv_columns = (metadata or ["test_id", "env_id"]) + FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
+
+    @property
+    def reward_model(self) -> str:
+        """flatland's reward scheme the envs are built with: the scoring rule's."""
+        return self.rule.reward_model
+
+    @property
+    def csv_columns(self) -> list[str]:
+        """flatland-rl's result columns, after the test folder's metadata columns, then arbiter's."""
+        return self._csv_columns
+
+    def make_items(self) -> list[Item]:
+        return [
+            Item(index=e.index, unit=e.env, fields={"env": e.env, "test": e.test, "level": e.level})
             for e in self._episodes
         ]
-        columns = [c for c in self.folder.metadata_columns if c not in FLATLAND_RESULT_COLUMNS]
-        self.csv_columns = (columns or ["test_id", "env_id"]) + FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
 
     def open(self, item: Item) -> FlatlandItem:
-        return FlatlandItem(item, self.folder.open(self._episodes[item.index], self.rule.reward_model), self)
+        return FlatlandItem(item, self.folder.open(self._episodes[item.index], self.reward_model), self)
 
     def record(self, item: Item, episode: FlatlandEpisode | None, num_agents: int | None, *, finished: bool) -> dict:
         if episode is not None:
@@ -138,11 +161,11 @@ class FlatlandPlan:
             "seed": self.seed,
         }
 
-    def unplayed(self, item: Item) -> list[dict[str, Any]]:
+    def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
         return [self.record(item, None, None, finished=False)]
 
     def handshake(self) -> dict[str, Any]:
-        return {"reward_model": self.rule.reward_model}
+        return {"reward_model": self.reward_model}
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """Flatland's four submit figures, which legacy clients print."""
@@ -153,20 +176,6 @@ class FlatlandPlan:
             "sum_normalized_reward": math.fsum(normalized) if normalized else None,
             "mean_percentage_complete": statistics.fmean(r["arrived_fraction"] for r in records) if records else None,
         }
-
-    def progress_text(self, record: dict[str, Any]) -> str:
-        arrived = f"{record['arrived']}/{record['num_agents']}" if record["num_agents"] else "-"
-        figure = record["normalized_return"]
-        return f"{record['env']:<22} steps {record['steps']:>5}  return {figure:.4f}  arrived {arrived:>5}"
-
-    def table_header(self) -> str:
-        return f"{'env':<22} {'agents':>6} {'steps':>6} {'return':>9} {'arrived':>8}"
-
-    def table_row(self, r: dict[str, Any]) -> str:
-        return (
-            f"{r['env']:<22} {r['num_agents'] or '-':>6} {r['steps']:>6} "
-            f"{r['normalized_return']:>9.4f} {r['arrived_fraction']:>8.3f}"
-        )
 
     def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
         row: dict[str, Any] = dict(self.folder.metadata.get(record["env"], {}))
@@ -187,10 +196,8 @@ class FlatlandPlan:
                 "controller_inference_time_max": think.get("max", 0.0),
                 "timed_out": record["timed_out"],
                 "timeout": record.get("timeout") or "",
+                "ended": record.get("ended", ""),
                 "debug": record.get("debug", False),
             }
         )
         return row
-
-    def close(self) -> None:
-        pass

@@ -1,4 +1,5 @@
-"""Recording the actions of the first N episodes (``--record N``), for ``arbiter replay``.
+"""Recording the actions of the first N episodes (``--record N``), for ``arbiter replay``: the
+format's ``recorder`` hook.
 
 A thin wrapper around the format's plan (Flatland's: replays re-run flatland envs): items below N
 are opened wrapped in a ``RecordingEpisode`` that keeps every action it applies; every other item
@@ -13,6 +14,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from arbiter.server.formats.base import Plan
 from arbiter.server.service.results import ResultsStore
 
 log = logging.getLogger(__name__)
@@ -81,3 +83,8 @@ class RecordingPlan:
         except (OSError, ValueError) as exc:  # the evaluation matters more than its recording
             evaluation.counters["replays_unwritten"] += 1
             log.warning("cannot write the replay of episode %d: %s", record["index"], exc)
+
+
+def recording_plan(plan: Plan, store: ResultsStore, record_episodes: int) -> RecordingPlan:
+    """The ``recorder`` hook: ``plan`` recording its first ``record_episodes`` episodes."""
+    return RecordingPlan(plan, store=store, record_episodes=record_episodes)

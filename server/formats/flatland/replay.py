@@ -1,4 +1,5 @@
-"""``arbiter replay``: play a recorded episode again, check it, and render it as an animated GIF.
+"""``arbiter replay``: play a recorded episode again, check it, and render it as an animated GIF
+(the format's ``replay`` hook, ``replay_episode``).
 
 The env is opened exactly as the evaluator opened it (same loader, seed and reward model), the
 recorded actions are applied step by step, and every frame is drawn with flatland-rl's own
@@ -17,11 +18,12 @@ from typing import Any, TextIO
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.formats.flatland.episodes import EpisodeSpec, FlatlandEpisode
-from arbiter.server.service.results import REPLAYS_DIR, replay_file
+from arbiter.server.service.results import EPISODES_FILE, REPLAYS_DIR, read_records, replay_file
 
 RENDERERS = ("PILSVG", "PIL")  # flatland's headless backends: SVG artwork, or plain shapes (faster)
 MAX_GIF_FRAMES = 500  # longer episodes are drawn every k-th step: a GIF's frames are all in memory
 PROGRESS_BAR_WIDTH = 30
+DEFAULT_FPS = 8.0
 
 
 @dataclass
@@ -83,18 +85,14 @@ def load_replay(results_dir: str, index: int) -> tuple[dict[str, Any], dict[str,
 
 
 def _episode_record(results_dir: str, index: int) -> dict[str, Any]:
-    path = os.path.join(results_dir, "episodes.jsonl")
+    path = os.path.join(results_dir, EPISODES_FILE)
     try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    break  # a torn last line of a killed evaluation
-                if record.get("index") == index:
-                    return record
+        records = read_records(path)  # whole items only, as resume and scoring read them
     except OSError as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
+    for record in records:
+        if record.get("index") == index:
+            return record
     raise ConfigError(f"{path} has no record of episode {index}, so the replay cannot be checked")
 
 
@@ -118,8 +116,8 @@ def replay_to_gif(
     *,
     out: str,
     tests: str | None = None,
-    renderer: str = "PILSVG",
-    fps: float = 8.0,
+    renderer: str = RENDERERS[0],
+    fps: float = DEFAULT_FPS,
     every: int | None = None,
     progress: TextIO | None = None,
 ) -> ReplayOutcome:
@@ -152,6 +150,35 @@ def replay_to_gif(
     outcome.steps, outcome.arrived, outcome.reward = episode.steps, episode.arrived(), episode.reward
     outcome.mismatches += _compare(outcome, record)
     return outcome
+
+
+def replay_episode(
+    results_dir: str, index: int, options: dict[str, Any], progress: TextIO | None
+) -> tuple[list[str], list[str]]:
+    """The ``replay`` hook: episode ``index`` replayed into the GIF ``options["out"]``, with
+    ``arbiter replay``'s other options; the lines to print, and the differences from its record."""
+    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
+
+    out = options.get("out")
+    if not out:
+        raise ConfigError("replaying a flatland episode needs --out FILE.gif")
+    outcome = replay_to_gif(
+        results_dir,
+        index,
+        out=out,
+        tests=options.get("tests"),
+        renderer=options.get("renderer") or RENDERERS[0],
+        fps=options.get("fps") or DEFAULT_FPS,
+        every=options.get("every"),
+        progress=progress,
+    )
+    lines = [f"rendered {plural(outcome.frames, 'frame')} of episode {outcome.index} ({outcome.env}) into {out}"]
+    if outcome.matches:
+        lines.append(
+            f"the replay matches the recorded episode: {plural(outcome.steps, 'step')}, "
+            f"{outcome.arrived}/{outcome.num_agents} arrived, reward {outcome.reward:g}"
+        )
+    return lines, outcome.mismatches
 
 
 def _frames(

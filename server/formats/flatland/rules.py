@@ -1,13 +1,15 @@
-"""Flatland's scoring rules (SCORING.md §1): per-episode normalized return, then the mean (NeurIPS
+"""Flatland's scoring rules (docs/formats/flatland.md): per-episode normalized return, then the mean (NeurIPS
 2020) or the sum (flatland-rl 4.3.0's own rule) over episodes; secondary: mean fraction arrived."""
 
 from __future__ import annotations
 
 import math
 import statistics
+from abc import abstractmethod
 from typing import Any
 
 from arbiter.server.core.scoring import spread
+from arbiter.server.formats.base import Rule
 
 
 def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
@@ -34,12 +36,24 @@ def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: st
     }
 
 
-class NeurIPS2020:
-    """SCORING.md §1: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
+class FlatlandRule(Rule):
+    """A Flatland rule: an episode's normalized return and arrived fraction from what the env
+    reported, and the reward scheme its envs are built with."""
+
+    reward_model: str  # flatland's rewards the envs use (sent to clients, kept with replays)
+
+    @abstractmethod
+    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float: ...
+
+    @abstractmethod
+    def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float: ...
+
+
+class NeurIPS2020(FlatlandRule):
+    """docs/formats/flatland.md: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
 
     name = "neurips2020"
     reward_model = "neurips2020"
-    higher_is_better = True
 
     def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
         if not finished:
@@ -57,12 +71,11 @@ class NeurIPS2020:
         return statistics.fmean(r["normalized_return"] for r in episodes)
 
 
-class Flatland3:
+class Flatland3(FlatlandRule):
     """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
 
     name = "flatland3"
     reward_model = "flatland"
-    higher_is_better = True
 
     def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
         if not finished:

@@ -1,5 +1,5 @@
 """The MetaLC format: meta-learning from learning curves, round 1 (WCCI 2022), scored by the area
-under the agent's learning curve (SCORING.md §4).
+under the agent's learning curve (docs/formats/metalc.md).
 
 - ``data``: the meta-dataset folder, loaded exactly as the challenge loads it;
 - ``env``: phases, runs and seeds, folds, meta-training data, one dataset's episode;
@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 
 from arbiter.server.formats.base import Format
+from arbiter.server.formats.metalc.generate import write_generated
 from arbiter.server.formats.metalc.options import MetaLCOptions
 from arbiter.server.formats.metalc.plan import MetaLCPlan
 from arbiter.server.formats.metalc.report import report_sections
@@ -21,11 +22,12 @@ from arbiter.server.formats.metalc.scoring import AlcRule
 
 FORMAT = Format(
     name="metalc",
-    description="MetaLC (WCCI 2022): meta-learning from learning curves, scored by the area under the learning curve",
     rules={"alc": AlcRule},
     make_plan=MetaLCPlan,
     options=MetaLCOptions,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
     clients="`python -m arbiter.client.metalc SUBMISSION_DIR` or arbiter.client.RemoteEnv",
+    item_nouns=("dataset", "datasets"),
+    generate=write_generated,
 )

@@ -1,4 +1,4 @@
-"""The MetaLC meta-dataset: its folder layout, read exactly as the challenge reads it (SCORING.md §4).
+"""The MetaLC meta-dataset: its folder layout, read exactly as the challenge reads it (docs/formats/metalc.md).
 
     dataset_meta_features/<dataset>_public.info     `key = value` lines
     algorithms_meta_features/<algorithm>.info       `key = value` lines

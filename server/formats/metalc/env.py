@@ -1,4 +1,4 @@
-"""One MetaLC evaluation's moving parts (SCORING.md §4): phases and their runs and seeds, the
+"""One MetaLC evaluation's moving parts (docs/formats/metalc.md): phases and their runs and seeds, the
 6 folds, what a fold's agent meta-trains on, and one dataset's episode.
 
 An episode is the challenge's environment for one meta-test dataset: the agent's action
@@ -170,7 +170,7 @@ class Step:
 
 
 class DatasetEpisode:
-    """One meta-test dataset played to the end of its time budget (SCORING.md §4, "One step")."""
+    """One meta-test dataset played to the end of its time budget (docs/formats/metalc.md, "One step")."""
 
     def __init__(self, meta: MetaDataset, dataset: str, phase: str, *, run: int = 0, fold: int = 0):
         if dataset not in meta.dataset_meta_features:
@@ -275,15 +275,17 @@ class DatasetEpisode:
             return on_validation
         return self.meta.test_curves[self.dataset][name].score_at(time)
 
-    def record(self, *, timed_out: bool = False) -> dict[str, Any]:
+    def record(self, *, cut_short: bool = False) -> dict[str, Any]:
         """This dataset's result record: everything ``scoring`` needs, figures included. Its curve
         (``times``, ``scores``, ``a_star``, ``credited_times``, and ``step_numbers`` saying which
-        steps they are) holds the scored steps only; ``steps`` counts them all."""
+        steps they are) holds the scored steps only; ``steps`` counts them all. ``cut_short``:
+        the dataset was stopped before the agent spent its budget (a timeout, a step limit), so
+        it scores 0; ``zero_because`` says why a dataset scores 0."""
         kept = self.scored_steps()
         times = [s.time for s in kept]
         scores = [s.score for s in kept]
-        alc, final_score, failure = dataset_figures(
-            times, scores, self.time_budget, self.phase, finished=self.done and not timed_out
+        alc, final_score, zero_because = dataset_figures(
+            times, scores, self.time_budget, self.phase, finished=self.done and not cut_short
         )
         return {
             "phase": self.phase,
@@ -293,8 +295,7 @@ class DatasetEpisode:
             "time_budget": self.time_budget,
             "steps": self.step_count,
             "finished": self.done,
-            "timed_out": timed_out,
-            "failure": failure,
+            "zero_because": zero_because,
             "alc": alc,
             "final_score": final_score,
             "times": times,

@@ -18,6 +18,7 @@ import math
 import os
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.formats.metalc.data import TIME_BUDGETS
@@ -149,6 +150,28 @@ def write_meta_dataset(out_dir: str, settings: GeneratorSettings) -> int:
             handle.write(content)
         written += 1
     return written
+
+
+GENERATE_OPTIONS = ("datasets", "algorithms", "seed", "missing_fraction", "duplicate_fraction")
+
+
+def write_generated(out_dir: str, options: dict[str, Any]) -> str:
+    """The format's ``generate`` hook: a meta-dataset from ``arbiter generate``'s options (None
+    where not given: ``GeneratorSettings``' defaults); the line saying what was written."""
+    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
+
+    given = [name for name, value in options.items() if value is not None and value is not False]
+    foreign = sorted(name for name in given if name not in GENERATE_OPTIONS)
+    if foreign:
+        flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
+        raise ConfigError(
+            f"the metalc generator takes --datasets, --algorithms, --seed, --missing-fraction and "
+            f"--duplicate-fraction, not {flags}"
+        )
+    settings = GeneratorSettings(**{name: options[name] for name in GENERATE_OPTIONS if options.get(name) is not None})
+    written = write_meta_dataset(out_dir, settings)
+    counts = [plural(settings.datasets, "dataset"), plural(settings.algorithms, "algorithm"), plural(written, "file")]
+    return f"wrote a synthetic MetaLC meta-dataset ({', '.join(counts)}) to {out_dir}"
 
 
 def main(argv: list[str] | None = None) -> int:

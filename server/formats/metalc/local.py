@@ -51,5 +51,5 @@ def play_phase(
                         timed_out = True
                         break
                     observation, _ = episode.step(agent.suggest(observation))
-                records.append(episode.record(timed_out=timed_out))
+                records.append({**episode.record(cut_short=timed_out), "timed_out": timed_out})
     return records

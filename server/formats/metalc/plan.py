@@ -1,5 +1,5 @@
 """The MetaLC plan: one item per (run, fold, meta-test dataset), in the challenge's order
-(SCORING.md §4): runs in order (development: one; final: three), the 6 folds in order, each fold's
+(docs/formats/metalc.md): runs in order (development: one; final: three), the 6 folds in order, each fold's
 datasets in string order. Every item is one dataset's episode (``DatasetItem``).
 
 What travels, and when:
@@ -46,14 +46,26 @@ import numpy as np
 from arbiter.protocol.errors import ConfigError, InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_to_wire
-from arbiter.server.formats.base import Item
+from arbiter.server.core.summary import FINISHED
+from arbiter.server.formats.base import Column, Item, OpenItem, Plan
 from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset, load_meta_dataset
 from arbiter.server.formats.metalc.env import DatasetEpisode, Fold, folds, meta_training_data, run_seeds
 from arbiter.server.formats.metalc.options import MetaLCOptions
 
 # The challenge's result file per run is (dataset, alc); the columns after those two say which
-# run and fold a row belongs to and what else it scored.
-CSV_COLUMNS = ["dataset", "alc", "run", "fold", "final_score", "steps", "time_budget", "timed_out", "failure"]
+# run and fold a row belongs to, what else it scored, how it ended and why it scored 0 if it did.
+COLUMNS = (
+    Column("dataset", "<16", label=""),
+    Column("alc", ">8.4f", label="ALC", title="ALC"),
+    Column("run", ">3"),
+    Column("fold", ">4"),
+    Column("final_score", ">8.4f", label="final score", title="final"),
+    Column("steps", ">6"),
+    Column("time_budget", ">5", progress=False, title="T"),
+    Column("timed_out", progress=False, table=False),
+    Column("ended", progress=False, table=False),
+    Column("zero_because", progress=False, table=False),
+)
 
 NO_DATA_HELP = (
     "MetaLC evaluates a meta-dataset folder given with --tests DIR (dataset_meta_features/, "
@@ -114,27 +126,29 @@ def _short(value: Any) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-class MetaLCPlan:
+class MetaLCPlan(Plan):
+    columns = COLUMNS
+    options: MetaLCOptions
+
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
-        options: MetaLCOptions = spec.options
         if not tests:
             raise ConfigError(f"{spec.name}: no meta-dataset. {NO_DATA_HELP}")
-        self.options = options
-        self.phase = options.phase
+        self.phase = spec.options.phase
         self.meta = load_meta_dataset(tests)
-        self.source = self.meta.source
-        self.csv_columns = CSV_COLUMNS
-        self.server_side = True
-        self.prepare_ahead = False
         self.runs = run_seeds(self.phase)
-        self.seed = self.runs[0].seed  # the challenge's seeds, whatever the spec's seed
         self.folds = folds(self.meta.datasets)
+        super().__init__(spec, rule, tests=tests)
+        self.source = self.meta.source
+        self.seed = self.runs[0].seed  # the challenge's seeds, whatever the spec's seed
         self._names = set(self.meta.algorithms)
         self._meta_train_cache: dict[int, dict[str, Any]] = {}
         self._client_joined = True  # the next opened item carries its fold's meta-training data
         self._spaces = algorithm_spaces(len(self.meta.algorithms))  # built now, not on a client's clock
+
+    def make_items(self) -> list[Item]:
+        spec, options = self.spec, self.options
         first_budgets = dataclasses.replace(spec.budgets, planning_s=spec.budgets.planning_s + options.meta_train_s)
-        self.items: list[Item] = []
+        items: list[Item] = []
         for run_seed in self.runs:
             for fold in self.folds:
                 for position, dataset in enumerate(fold.meta_test):
@@ -146,23 +160,24 @@ class MetaLCPlan:
                         "time_budget": self.meta.time_budget(dataset),
                         "seed": run_seed.seed,
                     }
-                    key = f"{self.phase}/run{run_seed.run}/fold{fold.index}/{dataset}"
+                    unit = f"{self.phase}/run{run_seed.run}/fold{fold.index}/{dataset}"
                     budgets = first_budgets if position == 0 else None
                     # A fold's datasets are played by the agent its meta-training made: one group.
                     group = f"{self.phase}/run{run_seed.run}/fold{fold.index}"
-                    self.items.append(Item(index=len(self.items), key=key, fields=fields, budgets=budgets, group=group))
+                    items.append(Item(index=len(items), unit=unit, fields=fields, budgets=budgets, group=group))
         if spec.max_episodes is not None:  # debug runs: the first datasets only
-            self.items = self.items[: spec.max_episodes]
+            items = items[: spec.max_episodes]
+        return items
 
     # -- the seam --------------------------------------------------------------------------------
 
     def open(self, item: Item) -> DatasetItem:
         return DatasetItem(self, item)
 
-    def unplayed(self, item: Item) -> list[dict[str, Any]]:
+    def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
         fields = item.fields
         episode = DatasetEpisode(self.meta, fields["dataset"], self.phase, run=fields["run"], fold=fields["fold"])
-        return [{**episode.record(), "seed": fields["seed"], "failure": "not played"}]
+        return [{**episode.record(cut_short=True), "seed": fields["seed"]}]
 
     def handshake(self) -> dict[str, Any]:
         self._client_joined = True
@@ -178,29 +193,6 @@ class MetaLCPlan:
             "runs": [r.to_plain() for r in self.runs],
             "spaces": self._spaces,
         }
-
-    def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        return {}
-
-    def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
-        return {column: record.get(column, "") for column in CSV_COLUMNS}
-
-    def progress_text(self, record: dict[str, Any]) -> str | None:
-        run = f"run {record['run']} " if len(self.runs) > 1 else ""
-        failure = f"  ({record['failure']})" if record.get("failure") else ""
-        return (
-            f"{run}fold {record['fold']} {record['dataset']}: steps {record['steps']:>4}  "
-            f"ALC {record['alc']:.4f}  final score {record['final_score']:.4f}{failure}"
-        )
-
-    def table_header(self) -> str:
-        return f"{'run':>3} {'fold':>4} {'dataset':<16} {'T':>5} {'steps':>6} {'ALC':>8} {'final':>8}"
-
-    def table_row(self, r: dict[str, Any]) -> str | None:
-        return (
-            f"{r['run']:>3} {r['fold']:>4} {r['dataset']:<16} {r['time_budget']:>5} {r['steps']:>6} "
-            f"{r['alc']:>8.4f} {r['final_score']:>8.4f}"
-        )
 
     def close(self) -> None:
         self._meta_train_cache.clear()
@@ -251,21 +243,17 @@ def _delta_t(value: Any) -> float:
     return seconds
 
 
-class DatasetItem:
+class DatasetItem(OpenItem):
     """One meta-test dataset of one run, played through ``env.DatasetEpisode``."""
 
-    spans_resets = False
-
     def __init__(self, plan: MetaLCPlan, item: Item):
+        super().__init__(item)
         fields = item.fields
         self.plan = plan
-        self.item = item
         self.first_of_fold = plan.first_of_fold(item)
         self.stage_budget_s = plan.options.stage_budget_s(self.first_of_fold)
         self.max_steps = plan.options.max_steps
         self.episode = DatasetEpisode(plan.meta, fields["dataset"], plan.phase, run=fields["run"], fold=fields["fold"])
-        self.step_limited = False
-        self.over = False
         self._observation: list[Any] | None = None
 
     def create_payload(self) -> dict[str, Any]:
@@ -280,9 +268,6 @@ class DatasetItem:
             "random_seed": self.item.fields["seed"],
             EXTENSION_KEY: ext,
         }
-
-    def next_reset(self) -> dict[str, Any]:  # pragma: no cover - a dataset never spans resets
-        raise NotImplementedError
 
     def sanitize(self, action: Any) -> tuple[Any, int]:
         """``(A_star name or None, A name, delta_t, A as sent)``, or ``InvalidAction``."""
@@ -302,8 +287,8 @@ class DatasetItem:
         (_, reached, score), done = self.episode.step((a_star, algorithm, delta_t))
         self._observation = [as_sent, reached, score]
         if not done and self.max_steps and self.episode.step_count >= self.max_steps:
-            self.step_limited = True
-        self.over = done or self.step_limited
+            self.limit_reached = True  # the dataset ends step_limit and scores 0
+        self.over = done or self.limit_reached
         return self.over
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
@@ -311,7 +296,7 @@ class DatasetItem:
             "observation": self._observation,
             "reward": 0.0,
             "terminated": self.episode.done,
-            "truncated": self.step_limited,
+            "truncated": self.limit_reached,
             "info": {},
             "done": self.over,
             "step": self.episode.step_count,
@@ -319,17 +304,9 @@ class DatasetItem:
             EXTENSION_KEY: {"stage_over": self.over, "remaining_budget": self.episode.remaining_budget},
         }
 
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
-        timed_out = timeout is not None or self.step_limited
-        record = self.episode.record(timed_out=timed_out)
-        if timeout is not None:
-            record["failure"] = f"{timeout} budget exceeded"
-        elif self.step_limited:
-            record["failure"] = f"step limit of {self.max_steps} reached"
-            record["timeout"] = "max_steps"  # the format's own limit, named where the core names its budgets
-        elif abandoned:
-            record["failure"] = "abandoned"
-        return [{**record, "seed": self.item.fields["seed"], "timed_out": timed_out}]
+    def record(self, ended: str) -> dict[str, Any]:
+        record = self.episode.record(cut_short=ended != FINISHED)
+        return {**record, "seed": self.item.fields["seed"]}
 
     def close(self) -> None:
         self._observation = None

@@ -13,6 +13,7 @@ from __future__ import annotations
 from html import escape
 from typing import Any
 
+from arbiter.server.core.summary import ENDING_TEXT, FINISHED
 from arbiter.server.formats.metalc.scoring import T0_S, normalized_time, record_figures
 from arbiter.server.report.charts import fmt_count, fmt_score, number, section
 from arbiter.server.report.svg import Axis, Plot, Series, linear_axis, xy_chart
@@ -58,6 +59,17 @@ def _figures(record: dict[str, Any] | None) -> tuple[float, float, str | None]:
         return number(record.get("alc")) or 0.0, number(record.get("final_score")) or 0.0, "unreadable record"
 
 
+def _why_zero(record: dict[str, Any] | None, computed: str) -> str:
+    """Why a dataset scores 0: how it ended when it did not finish, else what its record says
+    (a time missing from its curve ...), else what recomputing its figures found."""
+    if record is None:
+        return computed
+    ended = record.get("ended")
+    if ended is not None and ended != FINISHED:
+        return ENDING_TEXT.get(str(ended), str(ended))
+    return str(record.get("zero_because") or computed)
+
+
 def _runs_table(score: dict[str, Any]) -> str:
     reported = score.get("reported_run")
     rows = ""
@@ -90,7 +102,7 @@ def _dataset_table(runs: dict[int, dict[str, dict[str, Any]]], datasets: list[st
             cells += f"<td>{fmt_score(area)}</td><td>{fmt_score(final)}</td>"
             steps.append(fmt_count(record.get("steps", 0)) if record else "–")
             if failure:
-                notes.append(f"run {r}: {record.get('failure') if record and record.get('failure') else failure}")
+                notes.append(f"run {r}: {_why_zero(record, failure)}")
         rows += (
             f"<tr><td>{escape(dataset)}</td><td>{escape(str(any_record.get('time_budget', '–')))}</td>{cells}"
             f"<td>{escape(' / '.join(steps))}</td><td>{escape('; '.join(notes))}</td></tr>"
@@ -129,7 +141,7 @@ def _curve_chart(dataset: str, runs: dict[int, dict[str, dict[str, Any]]], repor
         points = best_so_far_points(record)
         ys += [y for _, y in points]
         area, _, failure = _figures(record)
-        label = f"run {r}: ALC {area:.4f}" + (f" ({record.get('failure') or failure}: scores 0)" if failure else "")
+        label = f"run {r}: ALC {area:.4f}" + (f" ({_why_zero(record, failure)}: scores 0)" if failure else "")
         captions.append(label + (f" [{RUN_COLOURS[r % 3]}]" if len(present) > 1 else ""))
         css = RUN_CSS[r % len(RUN_CSS)] if len(present) > 1 else ""
         series.append(Series(css, points, label, step=True, fill=r == reported or len(present) == 1))

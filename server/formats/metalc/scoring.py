@@ -1,4 +1,4 @@
-"""MetaLC scores (SCORING.md §4), from per-dataset records alone.
+"""MetaLC scores (docs/formats/metalc.md), from per-dataset records alone.
 
 For one dataset with steps i (end time t_i, credited score s_i) and budget T:
     b_i = max(b_{i-1}, s_i), b_{-1} = 0;  t~_i = ln(1 + t_i/60) / ln(1 + T/60)
@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from arbiter.server.core.scoring import spread
+from arbiter.server.formats.base import Rule
 
 T0_S = 60.0  # the time scale of the log normalization: how much early performance counts
 
@@ -50,16 +51,17 @@ def alc(times: list[float], scores: list[float], time_budget: int) -> float:
 def dataset_figures(
     times: list[float], scores: list[float | None], time_budget: int, phase: str, *, finished: bool
 ) -> tuple[float, float, str | None]:
-    """``(alc, final_score, failure)`` of one dataset in one phase; failure says why it scores 0."""
-    failure = None
+    """``(alc, final_score, zero_because)`` of one dataset in one phase; ``zero_because`` says why
+    it scores 0 (None when it scores its curve)."""
+    zero_because = None
     if not finished:
-        failure = "not finished"
+        zero_because = "not finished"
     elif not times:
-        failure = "no steps"
+        zero_because = "no steps"
     elif any(s is None for s in scores):
-        failure = "credited a time missing from the algorithm's validation curve"
-    if failure:
-        return 0.0, 0.0, failure
+        zero_because = "credited a time missing from the algorithm's validation curve"
+    if zero_because:
+        return 0.0, 0.0, zero_because
     area, final = alc(times, scores, time_budget), scores[-1]  # type: ignore[arg-type]
     if phase == "final":
         return round2(area), round2(final), None  # type: ignore[arg-type]
@@ -129,15 +131,15 @@ def phase_score(records: list[dict[str, Any]], phase: str, datasets: list[str] |
     return PhaseScore(phase, chosen.average_alc, chosen.average_final_score, chosen.run, runs)
 
 
-class AlcRule:
-    """The rule the format registers: average ALC (primary), then average final score."""
+class AlcRule(Rule):
+    """The rule the format registers: average ALC (primary), then average final score. Made
+    with the format's options, or with none and a ``phase`` (a results folder rescored)."""
 
     name = "alc"
-    higher_is_better = True
 
     def __init__(self, options: Any = None, *, phase: str = "dev", datasets: list[str] | None = None):
-        self.options = options
-        self.phase = getattr(options, "phase", phase)
+        super().__init__(options)
+        self.phase = options.phase if options is not None else phase
         self.datasets = datasets
 
     def primary(self, records: list[dict[str, Any]]) -> float | None:

@@ -1,4 +1,4 @@
-"""The two-phase RL format (SCORING.md §2): mean return, then training convergence, on a
+"""The two-phase RL format (docs/formats/two-phase.md): mean return, then training convergence, on a
 Gymnasium env the server owns."""
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from arbiter.server.formats.two_phase.scoring import TwoPhaseRule
 
 FORMAT = Format(
     name="two-phase",
-    description="two-phase RL: mean return of a trained agent, then training convergence (Gymnasium envs)",
     rules={"two-phase": TwoPhaseRule},
     make_plan=TwoPhasePlan,
     options=TwoPhaseOptions,
@@ -21,4 +20,6 @@ FORMAT = Format(
     report_headline=report_headline,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
     clients="`python -m arbiter.client.reinforcelab SUBMISSION_DIR` or arbiter.client.RemoteEnv",
+    secret_seed=True,
+    item_nouns=("episode or training run", "episodes and training runs"),
 )

@@ -1,4 +1,4 @@
-"""When a training run has converged (SCORING.md §2): one implementation for the evaluator, which
+"""When a training run has converged (docs/formats/two-phase.md): one implementation for the evaluator, which
 ends the run at that moment, and for the offline rescoring of a results folder.
 
 - ``streak`` (the rule's text): converged at the first episode with return ≥ goal that is followed

@@ -1,12 +1,8 @@
 """The two-phase format's items: an evaluation episode, and a training run of many episodes.
 
-Both step the one Gymnasium env the plan owns; the server resets it with the seeds it derives
-(``base.reset_seed``) and records every reset's seed. An episode's seed stays the server's while
-the episode runs: no create reply carries it (an agent that knew it could replay the episode on
-its own copy of the env and foresee every random outcome); the step reply that ends the episode
-names it (``"arbiter": {"seed"}``), and the records keep it so scores recompute. Actions outside
-the action space are refused (an ``INVALID_ACTION`` error reply, nothing applied, counted): a
-Gymnasium env has no universal no-op to substitute.
+Both are ``gym_episode.GymEpisode``s of the one Gymnasium env the plan owns: reset with the
+seeds the server derives, each seed recorded and kept secret until its episode ends, actions
+outside the action space refused (see ``gym_episode``).
 """
 
 from __future__ import annotations
@@ -14,10 +10,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from arbiter.protocol.errors import InvalidAction
-from arbiter.protocol.messages import EXTENSION_KEY
-from arbiter.protocol.spaces import action_for
-from arbiter.server.formats.base import Item, finite, plain, reset_seed, step_reply
+from arbiter.server.core.summary import FINISHED, STEP_LIMIT
+from arbiter.server.formats.base import Item, finite, reset_seed, step_reply
+from arbiter.server.formats.gym_episode import GymEpisode
 from arbiter.server.formats.two_phase.convergence import ConvergenceTracker
 from arbiter.server.formats.two_phase.options import TwoPhaseOptions, worst_return
 
@@ -26,67 +21,9 @@ from arbiter.server.formats.two_phase.options import TwoPhaseOptions, worst_retu
 ENDED_BY_ENV, ENDED_BY_RESET, CUT_BY_RUN_END = "env", "reset", "run_end"
 
 
-def _refuse_or_clean(space: Any, action: Any) -> tuple[Any, int]:
-    clean = action_for(space, action)
-    if clean is None:
-        raise InvalidAction(f"action {str(action)[:80]!r} is not in the action space {space}; nothing was applied")
-    return clean, 0
-
-
-class EvalEpisode:
+class EvalEpisode(GymEpisode):
     """One evaluation episode (phase 1, or after a training run). A timed-out or abandoned one
     scores ``worst_return``, never its partial return."""
-
-    spans_resets = False
-    stage_budget_s = None
-
-    def __init__(self, env: Any, item: Item, seed: int | None, worst_return: float):
-        self.env = env
-        self.item = item
-        self.seed = seed
-        self.worst_return = worst_return
-        self.observation, self.info = env.reset(seed=seed)
-        self.steps = 0
-        self.total_return = 0.0
-        self.over = False
-        self._last: tuple[Any, float, bool, bool, Any] | None = None
-
-    def create_payload(self) -> dict[str, Any]:
-        return {"observation": self.observation, "info": plain(self.info), EXTENSION_KEY: dict(self.item.fields)}
-
-    def next_reset(self) -> dict[str, Any]:  # pragma: no cover - an eval episode never spans resets
-        raise NotImplementedError
-
-    def sanitize(self, action: Any) -> tuple[Any, int]:
-        return _refuse_or_clean(self.env.action_space, action)
-
-    def step(self, action: Any) -> bool:
-        observation, reward, terminated, truncated, info = self.env.step(action)
-        self.steps += 1
-        self.total_return += float(reward)
-        self._last = (observation, float(reward), bool(terminated), bool(truncated), info)
-        self.over = bool(terminated or truncated)
-        return self.over
-
-    def step_reply(self, invalid: int) -> dict[str, Any]:
-        assert self._last is not None
-        revealed = {"seed": self.seed} if self.over else {}  # the episode has ended: its seed is no secret
-        return step_reply(self._last, done=self.over, step=self.steps, invalid=invalid, stage_over=self.over,
-                          **revealed)  # fmt: skip
-
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
-        return [
-            {
-                **self.item.fields,
-                "seed": self.seed,
-                "steps": self.steps,
-                "return": self.total_return if finished else self.worst_return,
-                "partial_return": None if finished else finite(self.total_return),
-            }
-        ]
-
-    def close(self) -> None:
-        self._last = None
 
 
 def reset_episode_cap(options: TwoPhaseOptions, env: Any) -> float | None:
@@ -103,7 +40,7 @@ def reset_episode_cap(options: TwoPhaseOptions, env: Any) -> float | None:
     return worst_return(options, max_episode_steps)
 
 
-class TrainingRun:
+class TrainingRun(GymEpisode):
     """One phase-2 training run: the agent resets and steps the server's env as often as it
     likes; the server counts env steps, records every episode, and ends the run when it has
     converged or reached ``max_steps`` (the step that reaches it cuts the running episode).
@@ -120,8 +57,6 @@ class TrainingRun:
 
     def __init__(self, env: Any, item: Item, options: TwoPhaseOptions, base_seed: int | None):
         p2 = options.phase2
-        self.env = env
-        self.item = item
         self.max_steps = p2.max_steps
         self.stage_budget_s = p2.run_budget_s
         self.base_seed = base_seed
@@ -130,64 +65,50 @@ class TrainingRun:
         self.tracker = ConvergenceTracker(p2.goal_reward, p2.stability_window, p2.criterion)
         self.total_steps = 0
         self.done_episodes: list[dict[str, Any]] = []
-        self.episode = -1
-        self.episode_open = False  # an episode was reset and has not ended yet
-        self.over = False
-        self.ended_by: str | None = None
-        self._last: tuple[Any, float, bool, bool, Any] | None = None
+        self.episode = 0
+        self.run_over = False  # converged or at max_steps (``over`` is the running episode's)
         self._ended_seed: int | None = None  # the seed of the episode the last step ended, if it did
-        self._reset()
+        super().__init__(env, item, reset_seed(base_seed, 2, self.run, 0))
 
-    def _reset(self) -> None:
-        self.episode += 1
-        self.seed = reset_seed(self.base_seed, 2, self.run, self.episode)
-        self.observation, self.info = self.env.reset(seed=self.seed)
-        self.episode_steps = 0
-        self.episode_return = 0.0
+    def begin(self, seed: int | None) -> None:
+        super().begin(seed)
         self.episode_started = time.monotonic()
-        self.episode_open = True
+        self.episode_open = True  # an episode was reset and has not ended yet
 
-    def create_payload(self) -> dict[str, Any]:
-        return {
-            "observation": self.observation,
-            "info": plain(self.info),
-            EXTENSION_KEY: {**self.item.fields, "episode": self.episode},
-        }
+    def place(self) -> dict[str, Any]:
+        return {**self.item.fields, "episode": self.episode}
 
     def next_reset(self) -> dict[str, Any]:
-        if self.over:  # converged at the previous reset: the episode it handed out is still the one
+        if self.run_over:  # converged at the previous reset: the episode it handed out is still the one
             return self.create_payload()
         if self.episode_open:
             self._close_episode(ENDED_BY_RESET)
-        self._reset()
+        self.episode += 1
+        self.begin(reset_seed(self.base_seed, 2, self.run, self.episode))
         return self.create_payload()
-
-    def sanitize(self, action: Any) -> tuple[Any, int]:
-        return _refuse_or_clean(self.env.action_space, action)
 
     def step(self, action: Any) -> bool:
         self._ended_seed = None
-        if self.over:  # converged at the reset before this step: the run ends, nothing is applied
-            self._last = (self.observation, 0.0, False, True, {})
+        if self.run_over:  # converged at the reset before this step: the run ends, nothing is applied
+            self.last_step = (self.observation, 0.0, False, True, {})
             return True
-        observation, reward, terminated, truncated, info = self.env.step(action)
+        ended = super().step(action)
         self.total_steps += 1
-        self.episode_steps += 1
-        self.episode_return += float(reward)
-        ended = bool(terminated or truncated)
         if ended:
             self._close_episode(ENDED_BY_ENV)
-        if not self.over and self.total_steps >= self.max_steps:
+        if not self.run_over and self.total_steps >= self.max_steps:
             if not ended:
                 self._close_episode(CUT_BY_RUN_END)
-                truncated = True  # the run's step limit cuts the episode: the agent sees it end
-            self._end("max_steps")
-        self._last = (observation, float(reward), bool(terminated), bool(truncated), info)
-        return self.over
+                # the run's step limit cuts the episode: the agent sees it end
+                observation, reward, terminated, _, info = self.last_step  # type: ignore[misc]
+                self.last_step = (observation, reward, terminated, True, info)
+            self.run_over = True
+            self.limit_reached = True
+        return self.run_over
 
     def _close_episode(self, how: str) -> None:
         """Record the running episode; one that counts goes to the convergence criterion."""
-        collected = self.episode_return
+        collected = self.total_return
         counted = collected
         if how == ENDED_BY_RESET and self.reset_cap is not None:
             counted = min(collected, self.reset_cap)
@@ -196,7 +117,7 @@ class TrainingRun:
                 **self.item.fields,
                 "episode": self.episode,
                 "seed": self.seed,
-                "steps": self.episode_steps,
+                "steps": self.steps,
                 "return": counted,
                 "partial_return": finite(collected) if how == ENDED_BY_RESET else None,
                 "total_steps": self.total_steps,
@@ -205,44 +126,38 @@ class TrainingRun:
                 "episode_wall_s": time.monotonic() - self.episode_started,
             }
         )
-        self.episode_steps = 0
+        self.steps = 0
         self.episode_open = False
         self._ended_seed = self.seed
         if how != CUT_BY_RUN_END and self.tracker.add(counted, self.total_steps):
-            self._end("converged")
-
-    def _end(self, why: str) -> None:
-        self.over = True
-        self.ended_by = why
+            self.run_over = True  # converged: the run finished
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
-        assert self._last is not None
+        if self.last_step is None:
+            raise RuntimeError("TrainingRun.step_reply before any step")
         steps = self.total_steps
         # The step that ended an episode names its seed: once it is over, the seed is no secret.
         revealed = {"seed": self._ended_seed} if self._ended_seed is not None else {}
         return step_reply(
-            self._last, done=self.over, step=steps, invalid=invalid, stage_over=self.over, total_steps=steps,
-            **revealed,
+            self.last_step, done=self.run_over, step=steps, invalid=invalid, stage_over=self.run_over,
+            total_steps=steps, **revealed,
         )  # fmt: skip
 
-    def records(self, *, finished: bool, timeout: str | None, abandoned: bool) -> list[dict[str, Any]]:
-        if not finished and self.episode_steps:
+    def records_for(self, ended: str) -> list[dict[str, Any]]:
+        """Every episode of the run; only the one a timeout cut short is ``timed_out`` (the
+        run's others were played), and the run's ending is each record's ``ended``."""
+        if ended not in (FINISHED, STEP_LIMIT) and self.steps:
             self._close_episode(CUT_BY_RUN_END)  # the episode running when the run ended
-        ended_by = self.ended_by or (f"{timeout}_timeout" if timeout else "agent" if abandoned else "evaluation_end")
         no_episode = {**self.item.fields, "episode": None, "seed": None, "steps": 0, "return": 0.0}
         records = self.done_episodes or [{**no_episode, "complete": False, "agent_reset": False}]
         last = len(records) - 1
+        timed_out = ended.endswith("_timeout")
         return [
             {
                 **r,
                 "total_steps": r.get("total_steps", 0),
-                # Only the episode the timeout cut short timed out; the run's others were played.
-                "timed_out": timeout is not None and i == last and not r["complete"] and not r.get("agent_reset"),
-                "run_ended": ended_by,
+                "timed_out": timed_out and i == last and not r["complete"] and not r.get("agent_reset"),
                 "converged_at": self.tracker.step,
             }
             for i, r in enumerate(records)
         ]
-
-    def close(self) -> None:
-        self._last = None

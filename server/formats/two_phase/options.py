@@ -1,4 +1,4 @@
-"""The two-phase format's competition keys (SCORING.md §2), checked at load.
+"""The two-phase format's competition keys (docs/formats/two-phase.md), checked at load.
 
 Top level: ``env_id``, ``env_kwargs``, ``num_episodes``, ``phase``, ``worst_return``,
 ``reward_per_step``; table ``[phase2]``: ``max_steps``, ``goal_reward``, ``stability_window``,
@@ -36,7 +36,7 @@ class Phase2Options:
     num_runs: int = 5
     penalty_factor: float = 1.5  # a run that does not converge scores penalty_factor × max_steps
     # "streak": converged at the end of an episode ≥ goal followed by stability_window more ≥ goal
-    # (SCORING.md's text); "mean": the mean of the last stability_window episodes ≥ goal (the
+    # (the rule's text, docs/formats/two-phase.md); "mean": the mean of the last stability_window episodes ≥ goal (the
     # published template's code).
     criterion: str = "streak"
     run_budget_s: float = 1800.0  # wall clock for one training run

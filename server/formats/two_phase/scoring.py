@@ -1,4 +1,4 @@
-"""The two-phase scores (SCORING.md §2), from the records of ``episodes.jsonl`` alone.
+"""The two-phase scores (docs/formats/two-phase.md), from the records of ``episodes.jsonl`` alone.
 
 - ``phase1``: mean return of phase 1's episodes (higher is better);
 - per run: converged at the step the criterion gives over its training episodes that ended (the
@@ -21,6 +21,7 @@ import statistics
 from typing import Any
 
 from arbiter.server.core.scoring import spread
+from arbiter.server.formats.base import Rule
 from arbiter.server.formats.two_phase.convergence import convergence_step, counts_for_convergence
 from arbiter.server.formats.two_phase.options import TwoPhaseOptions
 
@@ -45,13 +46,9 @@ def interquartile_mean(values: list[float]) -> float | None:
     return total / (high - low)
 
 
-class TwoPhaseRule:
+class TwoPhaseRule(Rule):
     name = "two-phase"
-    reward_model = "gymnasium"
-    higher_is_better = True
-
-    def __init__(self, options: TwoPhaseOptions):
-        self.options = options
+    options: TwoPhaseOptions
 
     def runs(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         p2 = self.options.phase2

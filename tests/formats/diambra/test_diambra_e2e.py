@@ -2,7 +2,7 @@
 ``arbiter run`` in a subprocess), diambra-arena's real env on its engine mock, and agents on
 ``RemoteEnv`` (the shipped example script in a subprocess, or loops here).
 
-Scores are recomputed from episodes.jsonl with this file's own arithmetic (SCORING.md §3), never
+Scores are recomputed from episodes.jsonl with this file's own arithmetic (docs/formats/diambra.md), never
 with the format's code; seeds are checked against the derivation the plan documents."""
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from arbiter.server.formats.base import reset_seed  # noqa: E402
 REPO = str(paths.REPO)
 EXAMPLE = os.path.join(REPO, "examples", "diambra_agent", "agent.py")
 SMALL = "frame_shape=[64, 64, 1]"
-# SCORING.md §3: Easy / Medium / Hard levels of the games played here.
+# docs/formats/diambra.md: Easy / Medium / Hard levels of the games played here.
 LEVELS = {"doapp": (2, 3, 4), "sfiii3n": (4, 6, 8), "umk3": (3, 4, 5)}
 
 
@@ -89,7 +89,11 @@ def test_the_example_agent_plays_to_success_under_arbiter_run(redis_url, service
     assert f"submitted: score {summary['score']['primary']:.6g}, " in done.stdout  # what the agent printed
     assert "(engine: mock)" in done.stdout
     rescored = subprocess.run(
-        [sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "arbiter.server.cli", "rescore", str(results)],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout, rescored.stdout + rescored.stderr
 
@@ -151,7 +155,7 @@ def test_a_sub_second_step_timeout_scores_the_lowest_reward(redis_url, service_i
         env.close()
         summary = finish(outcome)
     first, second = read_episodes(results)
-    assert first["timed_out"] and first["timeout"] == "step" and first["ended_by"] == "step_timeout"
+    assert first["timed_out"] and first["timeout"] == "step" and first["ended"] == "step_timeout"
     assert first["reward"] == first["bounds"][0] == -1992.0 and first["score"] == -1992.0 and first["k"] == 1.0
     assert first["partial_reward"] == collected and first["steps"] == 30
     assert second["finished"] and second["steps"] == steps
@@ -258,7 +262,7 @@ def test_native_frames_arrive_whole_and_are_read_in_large_chunks(redis_url, serv
             assert env.observation_space.contains(observation)
             assert observation["frame"].shape == frame_space.shape and observation["frame"].flags.writeable
             observation, *_ = env.step(env.action_space.sample())
-        plan_frame = service.evaluation.current._last[0]["frame"]  # the evaluator waits for the next step
+        plan_frame = service.evaluation.current.last_step[0]["frame"]  # the evaluator waits for the next step
         assert (observation["frame"] == plan_frame).all()  # byte for byte what the evaluator's env produced
         env.submit()
         env.close()

@@ -1,4 +1,4 @@
-"""The DIAMBRA format's difficulty-weighted score (SCORING.md §3), from records alone.
+"""The DIAMBRA format's difficulty-weighted score (docs/formats/diambra.md), from records alone.
 
 Needs nothing from diambra-arena: a result rescores on any machine."""
 
@@ -20,7 +20,7 @@ from arbiter.server.formats.diambra.scoring import (
 )
 from arbiter.server.formats.diambra.settings import DiambraSettings
 
-# SCORING.md §3, as published: levels (easy, medium, hard) and the documented reward bounds.
+# docs/formats/diambra.md, as published: levels (easy, medium, hard) and the documented reward bounds.
 DOCUMENTED_LEVELS = {
     "doapp": (2, 3, 4),
     "sfiii3n": (4, 6, 8),

@@ -8,8 +8,6 @@ import pytest
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.formats.base import options_from_dict
-from arbiter.server.formats.diambra.engine import engine_address_from_environ
-from arbiter.server.formats.diambra.games import GAMES
 from arbiter.server.formats.diambra.settings import DiambraSettings
 
 
@@ -72,37 +70,3 @@ def test_loads_from_a_competition_table():
         options_from_dict(DiambraSettings, {"step_ratio": "fast"}, "competition.toml")
     with pytest.raises(ConfigError, match=r"competition.toml: difficulty must be one of"):
         options_from_dict(DiambraSettings, {"difficulty": "nightmare"}, "competition.toml")
-
-
-def test_engine_address_comes_from_diambra_envs_as_diambra_run_sets_it():
-    assert engine_address_from_environ({}) is None
-    assert engine_address_from_environ({"DIAMBRA_ENVS": "  "}) is None
-    environ = {"DIAMBRA_ENVS": "127.0.0.1:50051 127.0.0.1:50052"}
-    assert engine_address_from_environ(environ) == "127.0.0.1:50051"
-    assert engine_address_from_environ(environ, rank=1) == "127.0.0.1:50052"
-    with pytest.raises(ConfigError, match="lists 2 engine address"):
-        engine_address_from_environ(environ, rank=2)
-
-
-def test_game_table_matches_the_installed_diambra_arena():
-    pytest.importorskip("diambra.arena")
-    from diambra.arena.utils.gym_utils import available_games
-
-    installed = available_games(print_out=False)
-    assert set(GAMES) == set(installed), "arbiter's game table and diambra-arena's games differ"
-    for game_id, game in GAMES.items():
-        data = installed[game_id]
-        assert game.levels == {name.lower(): level for name, level in data["cluster_to_difficulty_map"].items()}
-        assert game.level_range == tuple(data["difficulty"][:2])
-        assert game.rounds_per_stage == data["rounds_per_stage"]
-        assert game.stages_per_game == data["stages_per_game"]
-        assert game.chars_per_round == data["number_of_chars_per_round"]
-        assert game.chars_to_select == data["number_of_chars_to_select"]
-        assert game.health == tuple(data["health"])
-        assert game.frame_shape == tuple(data["frame_shape"])
-        assert game.outfits == tuple(data["outfits"])
-        assert game.characters == tuple(data["char_list"])
-        assert game.forbidden == tuple(data["char_forbidden_list"])
-        assert {frozenset(pair) for pair in game.homonyms} == {
-            frozenset(pair) for pair in data["char_homonymy_map"].items()
-        }

@@ -229,7 +229,7 @@ def test_a_slow_suggest_times_the_dataset_out_and_it_scores_zero(small_dir, redi
     assert [r["timed_out"] for r in records] == [True] + [False] * 5
     first = records[0]
     assert (first["timeout"], first["alc"], first["final_score"], first["steps"]) == ("step", 0.0, 0.0, 1)
-    assert first["failure"] == "step budget exceeded"
+    assert first["ended"] == "step_timeout" and first["zero_because"] == "not finished"
     assert summary["state"] == "SUCCESS"
     assert summary["score"]["per_dataset"][first["dataset"]] == {"alc": 0.0, "final_score": 0.0}
     assert scores["score"] == summary["score"]["primary"] == sum(r["alc"] for r in records) / 6
@@ -308,7 +308,7 @@ def test_max_steps_ends_a_dataset_that_never_spends_its_budget(small_dir, redis_
         scores = client.play_rest()
         summary = finish(outcome)
     first = read_episodes(results)[0]
-    assert (first["steps"], first["timed_out"], first["timeout"], first["alc"]) == (20, True, "max_steps", 0.0)
+    assert (first["steps"], first["ended"], first["timed_out"], first["alc"]) == (20, "step_limit", False, 0.0)
     assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
 
 

@@ -74,7 +74,7 @@ def test_a_record_keeps_the_steps_that_change_the_curve_and_scores_as_if_it_kept
             record = episode.record()
             full = dataset_figures([s.time for s in every_step], [s.score for s in every_step], episode.time_budget,
                                    phase, finished=True)  # fmt: skip
-            assert (record["alc"], record["final_score"], record["failure"]) == full
+            assert (record["alc"], record["final_score"], record["zero_because"]) == full
             assert record["steps"] == len(every_step) > len(record["times"])
             kept = [every_step[n - 1] for n in record["step_numbers"]]
             assert [(s.time, s.score, s.a_star, s.credited_time) for s in kept] == list(
@@ -138,8 +138,8 @@ def test_an_endless_dataset_ends_at_the_step_limit_with_the_evaluators_memory_fl
             evaluator.wait()
     records = read_episodes(results)
     endless = records[1]
-    assert (endless["steps"], endless["timeout"], endless["alc"]) == (DEFAULT_MAX_STEPS, "max_steps", 0.0)
+    assert (endless["steps"], endless["ended"], endless["alc"]) == (DEFAULT_MAX_STEPS, "step_limit", 0.0)
     assert endless["step_numbers"] == [DEFAULT_MAX_STEPS]  # the scored curve never changed: the last step alone
-    assert f"step limit of {DEFAULT_MAX_STEPS} reached" in endless["failure"]
+    assert endless["zero_because"] == "not finished" and not endless["timed_out"]  # its own limit, no budget
     assert [r["steps"] for r in records] == [1, DEFAULT_MAX_STEPS, 1, 1, 1, 1]
     assert read_summary(results)["state"] == "SUCCESS"

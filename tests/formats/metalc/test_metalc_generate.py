@@ -90,7 +90,7 @@ def test_a_larger_generated_set_plays_through_both_phases(tmp_path):
     try:
         for phase, runs in (("dev", 1), ("final", 3)):
             records = play_phase(meta, FirstAlgorithm, phase)
-            assert len(records) == 60 * runs and all(r["steps"] == 10 and r["failure"] is None for r in records)
+            assert len(records) == 60 * runs and all(r["steps"] == 10 and r["zero_because"] is None for r in records)
             score = phase_score(records, phase)
             assert 0 < score.average_alc < score.average_final_score <= 1
     finally:

@@ -1,5 +1,5 @@
 """MetaLC scores recomputed from a results folder alone (episodes.jsonl, results.csv), with this
-file's own arithmetic (SCORING.md §4), not the format's code, and checked against summary.json.
+file's own arithmetic (docs/formats/metalc.md), not the format's code, and checked against summary.json.
 
 Two evaluations through a real evaluator: the random example agent's final phase (three runs
 whose averages differ, the worst reported), and a hand-driven development phase holding the
@@ -31,7 +31,7 @@ AGENTS_DIR = os.path.join(REPO, "examples", "metalc_agent")
 FAST = ["budgets.idle_s=10", "budgets.overall_s=300"]
 
 
-# -- the arithmetic of SCORING.md §4, written out again -------------------------------------------
+# -- the arithmetic of docs/formats/metalc.md, written out again -------------------------------------------
 
 
 def round2(value: float) -> float:

@@ -1,6 +1,6 @@
-"""Bad input on the two-phase format (RELIABILITY.md F5-F7), for its messages: hostile ENV_CREATE
-extensions, actions of every wrong shape, raw garbage. A real redis-server; the evaluator runs in
-this process, so its state can be looked at between requests."""
+"""Bad input on the two-phase format (faults F5 to F7, docs/design/reliability.md#f5), for its
+messages: hostile ENV_CREATE extensions, actions of every wrong shape, raw garbage. A real
+redis-server; the evaluator runs in this process, so its state can be looked at between requests."""
 
 from __future__ import annotations
 

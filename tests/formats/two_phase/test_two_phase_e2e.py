@@ -1,7 +1,7 @@
 """The two-phase format end to end: a real redis-server, the evaluator in this process, agents in
 real subprocesses (the ReinforceLab runner with the shipped example) or on RemoteEnv here.
 
-Scores are recomputed from episodes.jsonl with this file's own arithmetic (SCORING.md §2), not
+Scores are recomputed from episodes.jsonl with this file's own arithmetic (docs/formats/two-phase.md), not
 the format's code; seeds are checked against the derivation the plan documents."""
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import gymnasium
 import numpy as np
 import paths
 import pytest
+from fake_envs import fake_spec
 from harness import (
     finish,
     read_episodes,
@@ -29,7 +30,7 @@ from harness import (
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import ConfigError, InvalidAction, TimeoutException
-from arbiter.server.core.competition import load_competition, spec_from_dict
+from arbiter.server.core.competition import load_competition
 from arbiter.server.formats import get_format
 from arbiter.server.formats.base import reset_seed
 
@@ -38,32 +39,8 @@ EXAMPLE = os.path.join(REPO, "examples", "reinforcelab_cartpole")
 TESTS_DIR = str(paths.SUPPORT)
 
 
-def fake_spec(**extra: Any) -> Any:
-    """Two-phase on the fake env: 5-step episodes, 1 per step (+bonus for action 1)."""
-    data: dict[str, Any] = {
-        "format": "two-phase",
-        "seed": 7,
-        "env_id": "fake_envs:CountingEnv",
-        "env_kwargs": {"length": 5, "bonus": 1.0},
-        "reward_per_step": [1.0, 2.0],
-        "worst_return": 0.0,
-        "num_episodes": 2,
-        "phase2": {"max_steps": 200, "goal_reward": 9.0, "stability_window": 2, "num_runs": 2,
-                   "step_s": 2.0, "planning_s": 2.0, "run_budget_s": 30.0},
-        "budgets": {"step_s": 2.0, "planning_s": 2.0, "idle_s": 5.0, "overall_s": 120.0},
-    }  # fmt: skip
-    for key, value in extra.items():
-        if key == "phase2":
-            data["phase2"] = {**data["phase2"], **value}
-        elif key == "budgets":
-            data["budgets"] = {**data["budgets"], **value}
-        else:
-            data[key] = value
-    return spec_from_dict("fake", data)
-
-
 def streak_step(train: list[dict[str, Any]], goal: float, window: int) -> int | None:
-    """SCORING.md §2's streak: the first ended episode ≥ goal followed by ``window`` more ≥ goal;
+    """docs/formats/two-phase.md's streak: the first ended episode ≥ goal followed by ``window`` more ≥ goal;
     recorded at the total steps when the last of them ended. An episode ended by the env counts,
     and so does one the agent ended with a reset; one the run's end cut short does not."""
     ended = [r for r in train if r["complete"] or r.get("agent_reset")]
@@ -138,7 +115,11 @@ def test_the_reinforcelab_runner_plays_the_example_agent_to_success(redis_url, s
     assert score["primary"] == want["phase1"] and score["secondary"] == want["convergence"]
     assert [r["converged"] for r in score["runs"]] == [True, True]  # the example converges on CartPole
     rescored = subprocess.run(
-        [sys.executable, "scripts/rescore.py", results], capture_output=True, text=True, cwd=REPO, timeout=60
+        [sys.executable, "-m", "arbiter.server.cli", "rescore", results],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout, rescored.stdout
 
@@ -252,7 +233,7 @@ def test_a_training_run_over_its_stage_budget_ends_unconverged_and_is_penalized(
         env.close()
         summary = finish(outcome)
     train = [r for r in read_episodes(results) if r["stage"] == "train"]
-    assert train and all(r["run_ended"] == "stage_timeout" for r in train)
+    assert train and all(r["ended"] == "stage_timeout" for r in train)
     assert train[-1]["timed_out"] == (not train[-1]["complete"])
     run = summary["score"]["runs"][0]
     assert run["converged"] is False and run["penalized"] is True and run["score"] == 1.5 * 10**9
@@ -285,7 +266,7 @@ def test_a_run_converges_at_the_step_the_streak_completes(redis_url, service_id,
     train = [r for r in read_episodes(results) if r["stage"] == "train"]
     assert [r["return"] for r in train] == [5.0, 10.0, 5.0, 10.0, 10.0, 10.0]
     assert summary["score"]["runs"][0]["convergence_step"] == 30 == streak_step(train, 9.0, 2)
-    assert train[-1]["converged_at"] == 30 and train[-1]["run_ended"] == "converged"
+    assert train[-1]["converged_at"] == 30 and train[-1]["ended"] == "finished"
 
 
 def test_an_infeasible_goal_is_refused_at_load_with_the_reason():

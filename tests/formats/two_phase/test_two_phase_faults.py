@@ -1,4 +1,4 @@
-"""Process faults on the two-phase format (RELIABILITY.md F1, F11, F12): SIGKILL + --resume,
+"""Process faults on the two-phase format (docs/design/reliability.md#f1, F11, F12): SIGKILL + --resume,
 SIGTERM, a killed agent. A real redis-server; `arbiter serve` / `arbiter run` and the ReinforceLab
 runner with the shipped example run as real processes. To kill a runner during training, it is
 started through OBSERVER, which writes a marker once the agent has made a given number of
@@ -99,14 +99,14 @@ def kill(*processes: subprocess.Popen) -> None:
 
 
 def rescore(results: Path) -> str:
-    done = subprocess.run([sys.executable, "scripts/rescore.py", str(results)], capture_output=True, text=True,
-                          cwd=REPO, timeout=60)  # fmt: skip
+    done = subprocess.run([sys.executable, "-m", "arbiter.server.cli", "rescore", str(results)],
+                          capture_output=True, text=True, cwd=REPO, timeout=60)  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     return done.stdout
 
 
 def streak_step(train: list[dict[str, Any]], goal: float, window: int) -> int | None:
-    """SCORING.md §2's streak over ended episodes (by the env, or by the agent's reset), recorded
+    """docs/formats/two-phase.md's streak over ended episodes (by the env, or by the agent's reset), recorded
     at the total steps of its last."""
     streak = 0
     for record in (r for r in train if r["complete"] or r.get("agent_reset")):
@@ -216,13 +216,13 @@ KILLED_AGENT = [*SMALL, "worst_return=-7.0"]
 UNPLAYED = ["phase2/run0/eval/0", "phase2/run0/eval/1"] + [f"phase2/run1/{s}" for s in RUN_ITEMS]
 
 
-def assert_scored_with_the_unplayed_items(results: Path, run_ended: str, timeout: str | None) -> None:
-    """Phase 1 kept; run 0 ended as ``run_ended`` (only an episode the timeout cut short timed out);
+def assert_scored_with_the_unplayed_items(results: Path, ended: str, timeout: str | None) -> None:
+    """Phase 1 kept; run 0 ended as ``ended`` (only an episode the timeout cut short timed out);
     the five items after it recorded as not played, at the worst return or the penalty."""
     records = read_episodes(str(results))
     assert [r["return"] for r in records if r["phase"] == 1] == [500.0, 500.0]  # finished items kept
     run0 = [r for r in records if r["unit"] == "phase2/run0/train"]
-    assert run0 and all(r["run_ended"] == run_ended and r["timeout"] == timeout for r in run0)
+    assert run0 and all(r["ended"] == ended and r["timeout"] == timeout for r in run0)
     assert all(r["abandoned"] == (timeout is None) and not r["skipped"] for r in run0)
     cut_short = timeout is not None and not run0[-1]["complete"]
     assert [r["timed_out"] for r in run0] == [False] * (len(run0) - 1) + [cut_short]
@@ -263,7 +263,7 @@ def test_a_killed_agent_in_arbiter_run_ends_the_evaluation_with_the_unplayed_ite
         "the agent process exited with status -9 before submitting; 5 episodes and training runs not played count as "
         "unfinished"
     )
-    assert_scored_with_the_unplayed_items(results, "agent", None)
+    assert_scored_with_the_unplayed_items(results, "abandoned", None)
 
 
 def test_a_killed_agent_under_arbiter_serve_times_out_and_the_successive_timeouts_end_it(

@@ -132,7 +132,7 @@ def test_an_agent_that_abandons_every_bad_episode_is_penalized_like_honest_play(
         )
         run = summary["score"]["runs"][0]
         assert not run["converged"] and run["penalized"] and run["score"] == 1.5 * 120
-        assert train[-1]["run_ended"] == "max_steps" and train[-1]["total_steps"] == 120
+        assert train[-1]["ended"] == "step_limit" and train[-1]["total_steps"] == 120
         assert sum(1 for r in train if r["agent_reset"]) == (sum(1 for *_, reset in played if reset) if hostile else 0)
         assert streak_convergence([(s, t) for s, t, _ in played], GOAL, 2) is None
 
@@ -194,7 +194,7 @@ def test_a_reset_after_reaching_the_goal_counts_and_can_end_the_run(redis_url, s
 
     _, summary, train = evaluate(spec, tmp_path, redis_url, service_id, reach_then_reset)
     assert [(r["steps"], r["return"], r["agent_reset"]) for r in train] == [(5, 10.0, True)] * 3
-    assert train[-1]["converged_at"] == 15 and train[-1]["run_ended"] == "converged"
+    assert train[-1]["converged_at"] == 15 and train[-1]["ended"] == "finished"
     assert not any(r["timed_out"] for r in train)
     assert (seen["reward"], seen["terminated"], seen["truncated"]) == (0.0, False, True)
     assert seen["ext"]["stage_over"] is True and seen["ext"]["total_steps"] == 15  # the step was not applied

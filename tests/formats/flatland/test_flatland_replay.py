@@ -92,6 +92,30 @@ def test_a_replay_that_does_not_match_its_record_says_so(recorded, tmp_path):
     assert not outcome.matches
     assert any(m.startswith("steps: replayed") for m in outcome.mismatches)
     assert any(m.startswith("arrived: replayed") for m in outcome.mismatches)
+    done = subprocess.run(
+        [*REPLAY, copy, "0", "--out", str(tmp_path / "y.gif"), "--renderer", "PIL", "--every", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 1, done.stderr
+    assert "the replay does NOT match the recorded episode: steps: replayed" in done.stderr
+    assert "rendered " in done.stdout and "matches" not in done.stdout
+
+
+def test_the_replay_command_finds_the_format_of_a_killed_evaluation_in_its_events(recorded, tiny_tests, tmp_path):
+    copy = tmp_path / "results"
+    shutil.copytree(recorded, copy)
+    (copy / "summary.json").unlink()  # as a killed evaluation leaves it; events.jsonl says it is flatland's
+    out = tmp_path / "episode-0.gif"
+    done = subprocess.run(
+        [*REPLAY, str(copy), "0", "--out", str(out), "--tests", tiny_tests, "--renderer", "PIL", "--every", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "the replay matches the recorded episode" in done.stdout and out.is_file()
 
 
 def test_replay_errors_are_clear(recorded, tmp_path):

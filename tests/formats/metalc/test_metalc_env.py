@@ -1,8 +1,7 @@
-"""The MetaLC domain's rules, one at a time (SCORING.md §4): loader, step, folds, seeds, scores."""
+"""MetaLC's dataset episode, folds and run seeds (docs/formats/metalc.md), one rule at a time."""
 
 from __future__ import annotations
 
-import math
 import random
 from typing import Any
 
@@ -10,109 +9,9 @@ import numpy as np
 import pytest
 
 from arbiter.protocol.errors import ConfigError, InvalidAction
-from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset, load_meta_dataset, parse_curve, parse_info
+from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset
 from arbiter.server.formats.metalc.env import DatasetEpisode, folds, meta_training_data, run_seeds
-from arbiter.server.formats.metalc.scoring import AlcRule, alc, phase_score, record_figures
-
-# -- a meta-dataset on disk --------------------------------------------------------------------------
-
-
-def write_folder(root, curves, budgets, algorithm_files=None):
-    """curves: {(split, dataset, algorithm): (times, scores) or None for a missing scores.txt}."""
-    for dataset, budget in budgets.items():
-        path = root / "dataset_meta_features" / f"{dataset}_public.info"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(f"usage = 'test'\nname = '{dataset}'\ntime_budget =   {budget}\n")
-    algorithms = sorted({a for (_, _, a) in curves})
-    for algorithm in algorithm_files if algorithm_files is not None else algorithms:
-        path = root / "algorithms_meta_features" / f"{algorithm}.info"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text("meta_feature_0 = 1\nmeta_feature_1 = 0.5\n")
-    for (split, dataset, algorithm), curve in curves.items():
-        folder = root / split / dataset / algorithm
-        folder.mkdir(parents=True, exist_ok=True)
-        if curve is not None:
-            (folder / "scores.txt").write_text(f"times: {list(curve[0])}\nscores: {list(curve[1])}\n")
-    return root
-
-
-def both_splits(datasets, algorithms, curve=((1.0, 2.0), (0.5, 0.6))):
-    return {(s, d, a): curve for s in ("valid", "test") for d in datasets for a in algorithms}
-
-
-def test_datasets_and_algorithms_load_in_string_order_and_hidden_entries_are_skipped(tmp_path):
-    root = write_folder(
-        tmp_path, both_splits(["b", "a10", "a2"], ["0", "1", "10", "2"]), {"b": 100, "a10": 200, "a2": 300}
-    )
-    (tmp_path / "test" / ".DS_Store").write_text("")
-    meta = load_meta_dataset(str(root))
-    assert meta.datasets == ("a10", "a2", "b")
-    assert meta.algorithms == ("0", "1", "10", "2")
-    assert list(meta.validation_curves["a2"]) == ["0", "1", "10", "2"]
-    assert meta.dataset_meta_features["b"] == {"usage": "test", "name": "b", "time_budget": "100"}
-    assert meta.time_budget("a10") == 200
-
-
-def test_a_missing_scores_file_is_the_single_point_zero_zero(tmp_path):
-    curves = both_splits(["d1", "d2"], ["0", "1"])
-    curves[("test", "d2", "1")] = None
-    meta = load_meta_dataset(str(write_folder(tmp_path, curves, {"d1": 100, "d2": 100})))
-    curve = meta.test_curves["d2"]["1"]
-    assert curve.timestamps.tolist() == [0.0] and curve.scores.tolist() == [0.0]
-    assert meta.missing_curves == (("test", "d2", "1"),)
-    assert meta.validation_curves["d2"]["1"].scores.tolist() == [0.5, 0.6]
-
-
-def test_curves_are_rounded_to_two_decimals_with_numpy_rounding():
-    curve = parse_curve("times: [1.004, 2.5]\nscores: [0.015, 0.025]\n", "x")
-    assert curve.timestamps.tolist() == [1.0, 2.5]
-    # numpy scales and rounds half to even: 0.015 → 0.02 and 0.025 → 0.02, where Python's
-    # round gives 0.01 and 0.03
-    assert curve.scores.tolist() == [0.02, 0.02]
-
-
-def test_meta_feature_values_lose_spaces_and_quotes():
-    assert parse_info("name = 'ad ult'\ntime_budget =    1200\n\n", "x") == {"name": "adult", "time_budget": "1200"}
-
-
-@pytest.mark.parametrize(
-    "text,message",
-    [
-        ("times: [1, 2]\nscores: [0.5]\n", "2 times but 1 scores"),
-        ("times: []\nscores: []\n", "non-empty list"),
-        ("times: [1, 2\nscores: [0.5, 0.6]\n", "not a JSON list"),
-        ("scores: [0.5]\n", "no 'times:' line"),
-        ("times: [1, NaN]\nscores: [0.5, 0.6]\n", "finite numbers"),
-        ('times: [1, "2"]\nscores: [0.5, 0.6]\n', "finite numbers"),
-    ],
-)
-def test_a_malformed_curve_file_is_refused_by_name(text, message):
-    with pytest.raises(ConfigError, match=message) as caught:
-        parse_curve(text, "valid/d/0/scores.txt")
-    assert "valid/d/0/scores.txt" in str(caught.value)
-
-
-def test_malformed_folders_get_clear_errors(tmp_path):
-    with pytest.raises(ConfigError, match="no dataset_meta_features/ folder"):
-        load_meta_dataset(str(tmp_path))
-
-    base = both_splits(["d1"], ["0", "1"])
-    with pytest.raises(ConfigError, match="needs one <algorithm>.info per algorithm"):
-        load_meta_dataset(str(write_folder(tmp_path / "a", base, {"d1": 100}, algorithm_files=["0"])))
-    with pytest.raises(ConfigError, match="time_budget must be a whole number"):
-        load_meta_dataset(str(write_folder(tmp_path / "b", base, {"d1": "12.5"})))
-    with pytest.raises(ConfigError, match="cannot contain '_'"):
-        load_meta_dataset(str(write_folder(tmp_path / "c", both_splits(["my_set"], ["0"]), {"my_set": 100})))
-    uneven = {**base, ("valid", "d2", "0"): ((1.0,), (0.5,))}
-    with pytest.raises(ConfigError, match="same dataset folders"):
-        load_meta_dataset(str(write_folder(tmp_path / "d", uneven, {"d1": 100, "d2": 100})))
-    root = write_folder(tmp_path / "e", base, {"d1": 100})
-    (root / "dataset_meta_features" / "d1_public.info").unlink()
-    with pytest.raises(ConfigError, match="d1_public.info: missing"):
-        load_meta_dataset(str(root))
-    with pytest.raises(ConfigError, match="line 2: expected 'key = value'"):
-        parse_info("a = 1\nb = c = d\n", "x.info")
-
+from arbiter.server.formats.metalc.scoring import AlcRule, record_figures
 
 # -- one dataset's steps -----------------------------------------------------------------------------
 
@@ -207,7 +106,7 @@ def test_crediting_a_time_the_validation_curve_lacks_makes_the_dataset_score_zer
     record = episode.record()
     assert (record["scores"], record["step_numbers"], record["steps"]) == ([None], [2], 2)  # the step that spoilt it
     assert (record["alc"], record["final_score"]) == (0.0, 0.0)
-    assert "missing from" in record["failure"]
+    assert "missing from" in record["zero_because"]
 
 
 @pytest.mark.parametrize(
@@ -270,58 +169,14 @@ def test_runs_are_seeded_like_the_challenge_seeds_its_process():
         np.random.set_state(saved[1])
 
 
-# -- scores ------------------------------------------------------------------------------------------
-
-
-def test_alc_by_hand_on_a_tiny_curve():
-    def t(x):
-        return math.log(1 + x / 60) / math.log(1 + 100 / 60)
-
-    # best-so-far 0.2, 0.5, 0.5: the drop to 0.4 adds nothing
-    assert alc([10.0, 50.0, 100.0], [0.2, 0.5, 0.4], 100) == pytest.approx(
-        0.2 * (1 - t(10)) + 0.3 * (1 - t(50)), abs=1e-15
-    )
-    assert alc([100.0], [0.9], 100) == 0.0  # a score first reached at the very end counts nothing
-
-
-def record(run, dataset, times, scores, *, phase="final", timed_out=False, budget=100):
-    return {"phase": phase, "run": run, "fold": 0, "dataset": dataset, "time_budget": budget, "steps": len(times),
-            "finished": True, "timed_out": timed_out, "times": times, "scores": scores}  # fmt: skip
-
-
-def test_the_final_phase_reports_the_first_of_its_worst_runs():
-    records = [
-        record(0, "d", [0.0], [0.5]),  # ALC 0.5, final 0.5
-        record(1, "d", [100.0], [0.5]),  # ALC 0, final 0.5
-        record(2, "d", [100.0], [0.3]),  # ALC 0 too, final 0.3
-    ]
-    score = phase_score(records, "final")
-    assert [(r.average_alc, r.average_final_score) for r in score.runs] == [(0.5, 0.5), (0.0, 0.5), (0.0, 0.3)]
-    assert (score.reported_run, score.average_alc, score.average_final_score) == (1, 0.0, 0.5)
-
-
-def test_final_phase_figures_are_rounded_and_timeouts_and_unplayed_datasets_count_zero():
-    records = [
-        record(0, "a", [10.0, 100.0], [0.333, 0.666]),
-        record(0, "b", [10.0], [0.9], timed_out=True),
-    ]
-    score = phase_score(records, "final", datasets=["a", "b", "c"])
-    per_dataset = score.runs[0].per_dataset
-    assert per_dataset["a"] == {"alc": round(alc([10.0, 100.0], [0.333, 0.666], 100), 2), "final_score": 0.67}
-    assert per_dataset["b"] == per_dataset["c"] == {"alc": 0.0, "final_score": 0.0}
-    assert score.average_final_score == 0.22  # 0.67 / 3, rounded
-    dev = phase_score([dict(r, phase="dev") for r in records], "dev")
-    assert dev.average_final_score == 0.666 / 2  # unrounded, over the 2 datasets recorded
-
-
 def test_a_record_recomputes_to_the_figures_it_carries():
     episode = DatasetEpisode(tiny_meta({"0": ([10.0, 30.0], [0.3, 0.6])}), "d", "final", run=2, fold=4)
     for action in [(None, 0, 10), (0, 0, 20), (0, 0, 70)]:
         episode.step(action)
     carried = episode.record()
-    assert (carried["run"], carried["fold"], carried["steps"], carried["failure"]) == (2, 4, 3, None)
+    assert (carried["run"], carried["fold"], carried["steps"], carried["zero_because"]) == (2, 4, 3, None)
     assert record_figures(carried) == (carried["alc"], carried["final_score"], None)
     assert carried["final_score"] == 0.6
-    assert episode.record(timed_out=True)["alc"] == 0.0
+    assert episode.record(cut_short=True)["alc"] == 0.0
     aggregate = AlcRule(phase="final").aggregate([carried])
     assert (aggregate["primary"], aggregate["secondary"]) == (carried["alc"], 0.6)

@@ -1,0 +1,29 @@
+"""How arbiter counts things in the lines people read: "1 episode", "3 datasets", "2 runs".
+
+Apart from the command line so that the evaluation's own messages (its termination causes) use the
+same words without depending on the command line.
+"""
+
+from __future__ import annotations
+
+
+def item_noun(count: int, format_name: str | None) -> str:
+    """What ``count`` items of the format are called (its ``Format.item_nouns``); a format not
+    known here (events written by another version of arbiter) plays episodes."""
+    from arbiter.protocol.errors import ConfigError
+    from arbiter.server.formats import get_format  # here: the registry loads formats, which use these words
+
+    try:
+        singular, plural = get_format(format_name).item_nouns if format_name else ("episode", "episodes")
+    except ConfigError:
+        singular, plural = "episode", "episodes"
+    return singular if count == 1 else plural
+
+
+def count_items(count: int, format_name: str | None) -> str:
+    """``count`` items in the format's words: "1 episode", "3 datasets"."""
+    return f"{count} {item_noun(count, format_name)}"
+
+
+def plural(count: int, word: str, words: str | None = None) -> str:
+    return f"{count} {word if count == 1 else (words or word + 's')}"

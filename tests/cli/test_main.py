@@ -1,0 +1,172 @@
+"""server/cli/main.py: ``arbiter``'s entry point, called in this process: what each setting resolves
+to (flag, then environment, then competition), the exit codes, and the one-line errors a bad
+setting gets before anything starts. Whole commands as real processes are in tests/cli/test_cli.py
+and tests/cli/test_newcomer.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run
+from arbiter.server.cli.main import (
+    EXIT_CODES,
+    FLATLAND_ENV_BUDGETS,
+    agent_ending,
+    main,
+    resolve_redis_url,
+    resolve_spec,
+    resolve_watched,
+)
+from arbiter.server.cli.parser import build_parser
+from arbiter.server.service.acl import participant_acl
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    """None of the variables arbiter reads, whatever the shell running the tests set."""
+    for name in (*FLATLAND_ENV_BUDGETS.values(), "ARBITER_REDIS_URL", "redis_ip", "AICROWD_SUBMISSION_ID",
+                 "AICROWD_DEBUG_SUBMISSION", "AICROWD_TESTS_FOLDER"):  # fmt: skip
+        monkeypatch.delenv(name, raising=False)
+
+
+def args_of(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def error_of(capsys, *argv: str) -> str:
+    """The one line ``arbiter`` prints for a bad setting; it must exit with status 2."""
+    assert main(list(argv)) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("arbiter: error: ") and err.count("\n") == 1, err
+    return err
+
+
+def test_exit_codes_tell_the_evaluations_state():
+    assert EXIT_CODES == {"SUCCESS": 0, "FAILED": 1, "INTERRUPTED": 130}
+
+
+def test_budgets_are_the_flag_then_flatlands_variable_then_the_competitions(monkeypatch):
+    competition = resolve_spec(args_of("serve"))
+    monkeypatch.setenv("FLATLAND_PER_STEP_TIMEOUT", "7.5")
+    monkeypatch.setenv("FLATLAND_MAX_SUCCESSIVE_TIMEOUTS", "4")
+    from_environment = resolve_spec(args_of("serve"))
+    assert (from_environment.budgets.step_s, from_environment.budgets.max_successive_timeouts) == (7.5, 4)
+    assert from_environment.budgets.planning_s == competition.budgets.planning_s
+    flagged = resolve_spec(args_of("serve", "--step-timeout", "0.5"))
+    assert flagged.budgets.step_s == 0.5 and flagged.budgets.max_successive_timeouts == 4
+
+
+def test_a_debug_run_is_asked_for_by_flag_or_by_flatlands_variable(monkeypatch):
+    assert not resolve_spec(args_of("serve")).debug
+    assert resolve_spec(args_of("serve", "--debug")).debug
+    monkeypatch.setenv("AICROWD_DEBUG_SUBMISSION", "true")
+    assert resolve_spec(args_of("serve")).debug
+
+
+def test_seed_scoring_record_and_pickle_flags_reach_the_competition():
+    spec = resolve_spec(args_of("serve", "--seed", "99", "--scoring", "flatland3", "--record", "2", "--refuse-pickle"))
+    assert (spec.seed, spec.scoring, spec.record_episodes, spec.accept_pickle) == (99, "flatland3", 2, False)
+
+
+def test_the_redis_url_is_the_flag_then_arbiters_variable_then_flatlands_default(monkeypatch):
+    assert resolve_redis_url(args_of("serve"), embedded_ok=False) == "redis://127.0.0.1:6379/0"
+    assert resolve_redis_url(args_of("run"), embedded_ok=True) is None  # arbiter run starts its own
+    monkeypatch.setenv("redis_ip", "10.1.2.3")
+    assert resolve_redis_url(args_of("serve"), embedded_ok=False) == "redis://10.1.2.3:6379/0"
+    monkeypatch.setenv("ARBITER_REDIS_URL", "unix:///run/redis.sock")
+    assert resolve_redis_url(args_of("serve"), embedded_ok=False) == "unix:///run/redis.sock"
+    flagged = args_of("serve", "--redis-url", "rediss://cache:6380/1")
+    assert resolve_redis_url(flagged, embedded_ok=False) == "rediss://cache:6380/1"
+
+
+# The checks of a serve's settings come after the test folder's: one is named (never read).
+SOME_TESTS = ("--tests", "a-test-folder")
+
+
+@pytest.mark.parametrize(
+    ("argv", "environment", "message"),
+    [
+        (["serve", *SOME_TESTS, "--redis-url", "localhost:6379"], {}, "is not a Redis URL"),
+        (["serve", *SOME_TESTS, "--redis-url", " "], {}, "--redis-url is empty"),
+        (["serve", *SOME_TESTS], {"ARBITER_REDIS_URL": "http://cache"}, "'http://cache' is not a Redis URL"),
+        (["serve"], {"FLATLAND_PER_STEP_TIMEOUT": "fast"}, "FLATLAND_PER_STEP_TIMEOUT='fast' is not a float"),
+        (["serve"], {"FLATLAND_OVERALL_TIMEOUT": "-5"}, "FLATLAND_OVERALL_TIMEOUT='-5' must be positive"),
+        (["serve", *SOME_TESTS, "--service-id", "a b"], {}, "invalid service id"),
+        (["serve", "--competition", "no-such-competition"], {}, "unknown competition"),
+        (["serve", "--set", "scoring=best"], {}, "unknown scoring rule"),
+    ],
+)
+def test_a_bad_setting_is_one_line_and_exit_status_2(capsys, monkeypatch, argv, environment, message):
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    assert message in error_of(capsys, *argv)
+
+
+def test_serve_needs_a_test_folder_for_flatland_and_its_results_folder_to_resume(capsys, tmp_path):
+    assert "arbiter serve needs --tests DIR" in error_of(capsys, "serve", "--redis-url", "redis://127.0.0.1:1/0")
+    tests = str(tmp_path)
+    error = error_of(capsys, "serve", "--tests", tests, "--redis-url", "redis://127.0.0.1:1/0", "--resume")
+    assert "--resume needs the --results folder" in error
+
+
+def test_acl_prints_the_rule_in_the_format_asked_for(capsys):
+    assert main(["acl", "--service-id", "svc", "--password", "pw"]) == 0
+    assert capsys.readouterr().out.split() == participant_acl("svc", "pw")
+    assert main(["acl", "--service-id", "svc", "--password", "pw", "--format", "config"]) == 0
+    assert capsys.readouterr().out.split() == ["user", *participant_acl("svc", "pw")[2:]]
+
+
+def test_report_of_a_folder_that_is_not_one_is_an_error(capsys, tmp_path):
+    assert "no such directory" in error_of(capsys, "report", str(tmp_path / "missing"))
+
+
+def test_report_says_where_it_wrote_the_page(capsys, tmp_path):
+    (tmp_path / "summary.json").write_text(json.dumps({"state": "FAILED", "termination_cause": "test"}))
+    assert main(["report", str(tmp_path), "--out", str(tmp_path / "page.html")]) == 0
+    assert capsys.readouterr().out == f"wrote {tmp_path / 'page.html'}\n"
+    assert (tmp_path / "page.html").read_text().startswith("<!DOCTYPE html>")
+
+
+@pytest.mark.parametrize(
+    ("status", "interrupted", "said"),
+    [
+        (0, False, None),
+        (None, False, None),
+        (3, False, "the agent exited with status 3"),
+        (-signal.SIGKILL, False, f"the agent exited with status {-signal.SIGKILL} (killed by SIGKILL)"),
+        (0, True, "interrupted: the agent was stopped"),
+        (None, True, "interrupted before the agent started"),
+    ],
+)
+def test_how_the_agent_ended_in_words(status, interrupted, said):
+    assert agent_ending(status, interrupted=interrupted) == said
+
+
+def test_watch_follows_the_one_local_run_and_lists_several_without_their_passwords(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(RUNS_DIR_VARIABLE, str(tmp_path / "runs"))
+    assert resolve_watched(args_of("watch")) == ("redis://127.0.0.1:6379/0", "T12345")  # none: flatland's default
+    announce_run("redis://:s3cret@127.0.0.1:7000/0", "mine", str(tmp_path))
+    assert resolve_watched(args_of("watch")) == ("redis://:s3cret@127.0.0.1:7000/0", "mine")
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(os.path.join(tmp_path, "runs", f"{other.pid}.json"), "w", encoding="utf-8") as handle:
+            json.dump({"pid": other.pid, "redis_url": "redis://:other-pw@127.0.0.1:7001/0", "service_id": "theirs"},
+                      handle)  # fmt: skip
+        capsys.readouterr()
+        assert main(["watch"]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("arbiter: error: 2 local runs are going on")
+        assert "--service-id mine" in error and "--service-id theirs" in error
+        assert "s3cret" not in error and "other-pw" not in error
+        # Naming the service id picks one of them.
+        picked = resolve_watched(args_of("watch", "--service-id", "theirs"))
+        assert picked == ("redis://:other-pw@127.0.0.1:7001/0", "theirs")
+    finally:
+        other.kill()
+        other.wait()

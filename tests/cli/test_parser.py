@@ -1,0 +1,126 @@
+"""server/cli/parser.py: ``arbiter``'s commands and options as the parser reads them.
+
+Each test parses a command line the way a user types it and checks what the command would be
+given, or that a bad value stops with a message naming it (argparse exits with status 2). The
+commands running for real are in tests/cli/test_cli.py and tests/cli/test_newcomer.py.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from arbiter.server.cli.parser import build_parser
+
+
+def parse(*argv: str):
+    return build_parser().parse_args(list(argv))
+
+
+def refused(capsys, *argv: str) -> str:
+    """The error argparse prints for ``argv``; it must exit with status 2."""
+    with pytest.raises(SystemExit) as exited:
+        parse(*argv)
+    assert exited.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_a_command_is_required(capsys):
+    assert "required" in refused(capsys)
+
+
+def test_run_takes_the_agent_command_after_a_double_dash():
+    args = parse("run", "--tests", "/data/tests", "--", "python", "agent.py", "--fast")
+    assert args.command == "run" and args.tests == "/data/tests"
+    assert args.agent[-3:] == ["python", "agent.py", "--fast"]
+
+
+def test_options_left_out_are_none_so_the_competition_decides():
+    args = parse("serve")
+    for option in ("tests", "redis_url", "service_id", "results", "competition", "scoring", "seed", "record"):
+        assert getattr(args, option) is None, option
+    for budget in ("planning_timeout", "step_timeout", "overall_timeout", "idle_timeout", "time_bank"):
+        assert getattr(args, budget) is None, budget
+    assert args.resume is False and args.debug is False and args.set == []
+    assert args.redis_outage_timeout == 60.0 and args.log_level == "WARNING"
+
+
+def test_serve_reads_budgets_overrides_and_resume():
+    args = parse(
+        "serve", "--resume", "--step-timeout", "0.5", "--max-successive-timeouts", "3", "--time-bank", "0",
+        "--set", "phase2.max_steps=200", "--set", "seed=4", "--phase", "2", "--refuse-pickle", "--record", "0",
+    )  # fmt: skip
+    assert args.resume and args.step_timeout == 0.5 and args.max_successive_timeouts == 3
+    assert args.time_bank == 0.0 and args.record == 0 and args.phase == 2 and args.refuse_pickle
+    assert args.set == ["phase2.max_steps=200", "seed=4"]
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--step-timeout", "0", "'0' must be positive"),
+        ("--step-timeout", "fast", "'fast' is not a float"),
+        ("--max-successive-timeouts", "1.5", "'1.5' is not a"),
+        ("--time-bank", "-1", "'-1' must be 0 or more"),
+        ("--time-bank", "inf", "'inf' must be 0 or more"),
+        ("--record", "-2", "'-2' must be 0 or more"),
+        ("--record", "all", "'all' is not a whole number"),
+        ("--phase", "3", "invalid choice"),
+    ],
+)
+def test_a_bad_value_is_refused_with_the_value_named(capsys, option, value, message):
+    error = refused(capsys, "serve", option, value)
+    assert message in error and option in error
+
+
+def test_resume_is_an_option_of_serve_only(capsys):
+    assert "--resume" in refused(capsys, "run", "--resume", "--", "agent")
+
+
+def test_generate_needs_an_out_folder_and_has_defaults(capsys):
+    assert "--out" in refused(capsys, "generate")
+    args = parse("generate", "--out", "tests-folder")
+    assert (args.out, args.format, args.seed, args.overwrite) == ("tests-folder", "flatland", None, False)
+    assert parse("generate", "--out", "tests-folder", "--preset", "tiny").preset == "tiny"
+    metalc = parse("generate", "--out", "meta", "--format", "metalc", "--datasets", "18")
+    assert metalc.format == "metalc" and metalc.datasets == 18
+
+
+def test_watch_starts_from_the_history_unless_asked_for_new_events_only(capsys):
+    assert parse("watch").from_start is True and parse("watch").timeout == 3600.0
+    assert parse("watch", "--new-only").from_start is False
+    assert "not allowed with" in refused(capsys, "watch", "--new-only", "--from-start")
+
+
+def test_replay_reads_its_results_folder_episode_and_gif():
+    args = parse("replay", "results", "3", "--out", "episode.gif", "--every", "2")
+    assert (args.results, args.episode, args.out, args.every, args.renderer) == (
+        "results",
+        3,
+        "episode.gif",
+        2,
+        "PILSVG",
+    )
+
+
+def test_acl_needs_its_service_id_and_password(capsys):
+    assert "--password" in refused(capsys, "acl", "--service-id", "svc")
+    args = parse("acl", "--service-id", "svc", "--password", "secret", "--format", "config")
+    assert (args.service_id, args.password, args.format, args.user) == ("svc", "secret", "config", None)
+
+
+def test_report_writes_next_to_its_results_unless_told(capsys):
+    assert parse("report", "results").out is None
+    assert parse("report", "results", "--out", "page.html").out == "page.html"
+
+
+def test_the_help_of_run_and_serve_gives_the_defaults_that_apply_to_each(capsys):
+    for command in ("run", "serve"):
+        with pytest.raises(SystemExit) as exited:
+            parse(command, "--help")
+        assert exited.value.code == 0
+        text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+        assert "--planning-timeout" in text and "the competition's" in text
+        if command == "run":
+            assert "a redis-server of its own" in text
+        else:
+            assert "--resume" in text and "redis://$redis_ip:6379/0" in text

@@ -1,0 +1,123 @@
+"""client/metalc.py: the MetaLC runner's side of a fold. Each fold's agent runs in a real process
+of its own, in a fresh copy of the submission folder with a home and temporary folder of its own
+and no way to the evaluator; what it leaves is removed with it. The whole runner against a real
+evaluator is in tests/formats/metalc (test_metalc_runner.py, test_metalc_e2e.py,
+test_metalc_isolation.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+
+import pytest
+
+from arbiter.client.metalc import FOLD_FOLDER_PREFIX, FoldProcess, Submission, remove_abandoned_folds
+from arbiter.protocol.errors import ArbiterError
+
+# An agent that reports, from inside its fold's process, what it finds there: it is told to fail
+# in Agent(), and its error's text is what the runner hears.
+AGENT = textwrap.dedent(
+    """
+    import json, os, tempfile
+
+    LEFT_BEHIND = os.path.exists("written-by-an-earlier-fold")
+    with open("written-by-an-earlier-fold", "w") as handle:
+        handle.write("a fold's memory")
+
+
+    class Agent:
+        def __init__(self, number_of_algorithms):
+            raise RuntimeError(json.dumps({
+                "cwd": os.getcwd(),
+                "home": os.environ.get("HOME"),
+                "tmp": tempfile.gettempdir(),
+                "left_behind": LEFT_BEHIND,
+                "redis": [name for name in ("ARBITER_REDIS_URL", "AICROWD_SUBMISSION_ID", "redis_ip")
+                          if name in os.environ],
+            }))
+    """
+)
+
+START = {
+    "module": "agent",
+    "seeding": {"seed": 1},
+    "seed_before_import": False,
+    "algorithms": ["0"],
+    "algorithms_meta_features": {"0": {}},
+}
+
+
+@pytest.fixture
+def submission(tmp_path, monkeypatch) -> Submission:
+    folder = tmp_path / "submission"
+    folder.mkdir()
+    (folder / "agent.py").write_text(AGENT)
+    for name in ("ARBITER_REDIS_URL", "AICROWD_SUBMISSION_ID", "redis_ip"):
+        monkeypatch.setenv(name, "the evaluator's address")
+    return Submission.checked(str(folder))
+
+
+def what_the_fold_saw(fold: FoldProcess) -> dict:
+    fold.request(["start", START], "imported")
+    failure = r"the agent failed: RuntimeError in Agent\(\) or meta_train\(\)"
+    with pytest.raises(ArbiterError, match=failure) as failed:
+        fold.request(["meta_train", {}], "ready")
+    return json.loads(str(failed.value).split("meta_train(): ", 1)[1])
+
+
+def test_a_submission_folder_must_hold_its_agent_module(tmp_path):
+    with pytest.raises(ArbiterError, match="no submission folder"):
+        Submission.checked(str(tmp_path / "missing"))
+    with pytest.raises(ArbiterError, match=f"no agent.py in {tmp_path}"):
+        Submission.checked(str(tmp_path))
+    (tmp_path / "policy.py").write_text("")
+    assert Submission.checked(str(tmp_path), "policy") == Submission(str(tmp_path), "policy")
+
+
+def test_a_fold_runs_in_folders_of_its_own_without_the_evaluators_address(submission):
+    fold = FoldProcess(submission, "run 0, fold 0")
+    try:
+        seen = what_the_fold_saw(fold)
+    finally:
+        fold.close()
+    assert seen["cwd"] == os.path.join(fold.root, "submission") != submission.folder
+    assert seen["home"] == os.path.join(fold.root, "home") and seen["tmp"] == os.path.join(fold.root, "tmp")
+    assert seen["redis"] == [] and seen["left_behind"] is False
+    assert not os.path.exists(fold.root)  # removed with the fold
+    assert not os.path.exists(os.path.join(submission.folder, "written-by-an-earlier-fold"))
+
+
+def test_the_next_fold_finds_nothing_the_last_one_left(submission):
+    for label in ("run 0, fold 0", "run 0, fold 1"):
+        fold = FoldProcess(submission, label)
+        try:
+            assert what_the_fold_saw(fold)["left_behind"] is False, label
+        finally:
+            fold.close()
+
+
+def test_a_fold_that_ends_without_answering_is_said_so(tmp_path):
+    (tmp_path / "agent.py").write_text("import os\nos._exit(7)\n")
+    fold = FoldProcess(Submission.checked(str(tmp_path)), "run 1, fold 2")
+    try:
+        with pytest.raises(ArbiterError, match=r"run 1, fold 2: the agent's process ended without answering"):
+            fold.request(["start", START], "imported")
+    finally:
+        fold.close()
+
+
+def test_the_folders_of_runners_that_died_are_removed_and_no_others(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    abandoned = tmp_path / f"{FOLD_FOLDER_PREFIX}{dead.pid}-x1"
+    running = tmp_path / f"{FOLD_FOLDER_PREFIX}{os.getpid()}-x2"
+    unrelated = tmp_path / f"{FOLD_FOLDER_PREFIX}notapid-x3"
+    for folder in (abandoned, running, unrelated):
+        folder.mkdir()
+    remove_abandoned_folds()
+    assert not abandoned.exists() and running.exists() and unrelated.exists()

@@ -1,0 +1,89 @@
+"""client/remote_client.py: RemoteClient, flatland's client API over arbiter's wire. What it puts on
+the wire for the actions an agent hands to env_step, and a whole evaluation played with it against
+a real evaluator (the session's redis-server, the tiny Flatland test set)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flatland.envs.rail_env_action import RailEnvActions
+from harness import finish, play_episode, read_episodes, running_service, spec
+
+from arbiter.client.remote_client import RemoteClient, _plain_actions
+from arbiter.protocol.errors import OutOfOrder
+
+
+def test_plain_ints_pass_through_unchanged():
+    actions = {0: 2, 1: 0, 7: 4}
+    assert _plain_actions(actions) == actions
+
+
+def test_flatland_actions_numpy_ints_and_strings_become_plain_ints():
+    actions = _plain_actions(
+        {np.int64(0): RailEnvActions.MOVE_FORWARD, 1: np.int32(3), "2": RailEnvActions.STOP_MOVING, 3.0: "1"}
+    )
+    assert actions == {0: 2, 1: 3, 2: 4, 3: 1}
+    assert all(type(handle) is int and type(action) is int for handle, action in actions.items())
+
+
+def test_no_actions():
+    assert _plain_actions(None) == {} and _plain_actions({}) == {}
+
+
+# -- RemoteClient against a real evaluator (the tiny Flatland test set) ----------------------------
+
+
+def test_the_client_plays_every_episode_the_evaluator_hands_out(redis_url, service_id, tiny_tests, tmp_path):
+    with running_service(spec(), tests=tiny_tests, results=str(tmp_path), redis_url=redis_url,
+                         service_id=service_id) as (_, outcome):  # fmt: skip
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        assert client.time_left_s() is None  # no running episode
+        played = []
+        while True:
+            observation, info = client.env_create()
+            if observation is False:
+                break
+            played.append(client.episode_index)
+            assert client.env.get_num_agents() == 2 and client.time_left_s() > 0
+            play_episode(client, client.episode_index)
+        assert (observation, info) == (False, False) and client.env is None
+        scores = client.submit()
+        client.close()
+        summary = finish(outcome)
+    assert played == [0, 1, 2]
+    assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
+    assert [record["index"] for record in read_episodes(str(tmp_path))] == [0, 1, 2]
+
+
+def test_a_step_before_an_episode_is_refused_on_the_client(redis_url, service_id, tiny_tests, tmp_path):
+    with running_service(spec(), tests=tiny_tests, results=str(tmp_path), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        with pytest.raises(OutOfOrder, match="before env_create"):
+            client.env_step({0: 2, 1: 2})
+        client.close()
+        service.request_stop("the test is over")
+        assert finish(outcome)["counters"].get("errors_out_of_order", 0) == 0  # nothing was sent
+
+
+def test_flatland_actions_reach_the_evaluator_as_the_moves_they_name(redis_url, service_id, tiny_tests, tmp_path):
+    """The same episode played with RailEnvActions and with their ints ends the same on both sides."""
+    ends = []
+    for run, as_enum in enumerate((False, True)):
+        results = str(tmp_path / f"run-{run}")
+        sid = f"{service_id}-{run}"
+        with running_service(spec(max_episodes=1), tests=tiny_tests, results=results, redis_url=redis_url,
+                             service_id=sid) as (_, outcome):  # fmt: skip
+            client = RemoteClient(redis_url=redis_url, service_id=sid, reply_timeout_s=10)
+            client.env_create()
+            done = {"__all__": False}
+            while not done["__all__"]:
+                move = RailEnvActions.MOVE_FORWARD if as_enum else 2
+                _, _, done, _ = client.env_step({np.int64(0): move, 1: move} if as_enum else {0: move, 1: move})
+            assert client.env_create() == (False, False)
+            client.submit()
+            client.close()
+            finish(outcome)
+        [record] = read_episodes(results)
+        ends.append((record["steps"], record["reward"], record["invalid_actions"]))
+    assert ends[0] == ends[1] and ends[0][2] == 0

@@ -1,0 +1,147 @@
+"""client/remote_env.py: ``RemoteEnv``, a gymnasium.Env whose env lives on the evaluator.
+
+Every test plays against a real evaluator (two-phase on a counting env, whose observation is
+[steps so far, reset seed % 1000] and whose reward is 1 per step plus 1 per action 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import gymnasium
+import numpy as np
+import pytest
+from fake_envs import counting_competition
+from harness import finish, read_episodes, running_service
+
+from arbiter.client.remote_env import RemoteEnv
+from arbiter.protocol.errors import OutOfOrder, WrongFormat
+
+PHASE2 = {"num_runs": 1, "max_steps": 20, "goal_reward": 9.0, "stability_window": 1}
+
+
+@pytest.fixture
+def serve(redis_url, service_id, tmp_path):
+    """Start a counting evaluation with the given competition keys; yields a starter. Every
+    evaluation started is stopped at the end of the test."""
+    with contextlib.ExitStack() as running:
+
+        def start(**keys):
+            results = str(tmp_path / "results")
+            service, outcome = running.enter_context(
+                running_service(
+                    counting_competition(**keys),
+                    tests=None,
+                    results=results,
+                    redis_url=redis_url,
+                    service_id=service_id,
+                )  # fmt: skip
+            )
+            return service, outcome, results
+
+        yield start
+
+
+def connect(redis_url: str, service_id: str, **kwargs) -> RemoteEnv:
+    return RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, **kwargs)
+
+
+def test_the_spaces_come_from_the_evaluator(serve, redis_url, service_id):
+    serve(num_episodes=1)
+    env = connect(redis_url, service_id)
+    assert isinstance(env, gymnasium.Env)
+    assert env.action_space == gymnasium.spaces.Discrete(2)
+    assert isinstance(env.observation_space, gymnasium.spaces.Box) and env.observation_space.shape == (2,)
+    assert env.next_item == 0 and not env.finished
+    env.close()
+
+
+def test_an_episode_is_played_with_gymnasiums_signature(serve, redis_url, service_id):
+    _, outcome, results = serve(num_episodes=1, length=3)
+    env = connect(redis_url, service_id)
+    observation, info = env.reset()
+    assert observation[0] == 0 and info["env_done"] is False and info["arbiter"]["item"] == 0
+    assert env.observation_space.contains(np.asarray(observation))
+    steps = [env.step(1) for _ in range(3)]
+    assert [float(obs[0]) for obs, *_ in steps] == [1.0, 2.0, 3.0]
+    assert [reward for _, reward, *_ in steps] == [2.0, 2.0, 2.0]
+    assert [terminated for _, _, terminated, _, _ in steps] == [False, False, True]
+    assert not any(truncated for _, _, _, truncated, _ in steps)
+    # Only the step that ends the episode names its seed: the one the evaluator reset with.
+    assert "seed" not in steps[0][4]["arbiter"]
+    assert steps[-1][4]["arbiter"]["seed"] % 1000 == observation[1]
+    env.submit()
+    env.close()
+    assert finish(outcome)["state"] == "SUCCESS"
+    assert [record["return"] for record in read_episodes(results)] == [6.0]
+
+
+def test_a_seed_asked_for_is_ignored(serve, redis_url, service_id):
+    serve(num_episodes=1, length=1)
+    env = connect(redis_url, service_id)
+    observation, _ = env.reset(seed=123)
+    *_, info = env.step(0)
+    assert info["arbiter"]["seed"] % 1000 == observation[1]  # the evaluator's seed, whatever was asked
+    env.close()
+
+
+def test_a_step_before_a_reset_is_out_of_order_and_sends_nothing(serve, redis_url, service_id):
+    service, outcome, _ = serve(num_episodes=1)
+    env = connect(redis_url, service_id)
+    with pytest.raises(OutOfOrder, match="before reset"):
+        env.step(1)
+    env.close()
+    service.request_stop("the test is over")
+    assert finish(outcome)["counters"].get("errors_out_of_order", 0) == 0
+
+
+def test_once_no_episode_is_left_reset_says_env_done(serve, redis_url, service_id):
+    _, outcome, _ = serve(num_episodes=1, length=1)
+    env = connect(redis_url, service_id)
+    env.reset()
+    last_observation, *_ = env.step(1)
+    observation, info = env.reset()
+    assert info["env_done"] is True and env.finished
+    assert np.array_equal(observation, last_observation)
+    scores = env.submit()
+    assert scores["score"] == 2.0
+    env.close()
+    assert finish(outcome)["state"] == "SUCCESS"
+
+
+def test_another_formats_agent_is_refused(serve, redis_url, service_id):
+    _, outcome, _ = serve(num_episodes=1)
+    with pytest.raises(WrongFormat, match="two-phase"):
+        connect(redis_url, service_id, formats=["metalc"])
+    assert finish(outcome)["state"] == "FAILED"
+
+
+def test_a_training_stage_ends_with_stop_iteration_and_the_evaluation_goes_on(serve, redis_url, service_id):
+    _, outcome, results = serve(num_episodes=1, phase=2, phase2=PHASE2)
+    env = connect(redis_url, service_id)
+    train, evaluate = env.stages
+    assert (train["stage"], evaluate["stage"]) == ("train", "eval")
+    env.begin_stage(train)
+    episodes = 0
+    with pytest.raises(StopIteration):
+        # Action 1 earns 10 >= 9: the streak of one episode at the goal and one more (the
+        # stability window) converges the run.
+        while True:
+            env.reset()
+            episodes += 1
+            for _ in range(5):
+                env.step(1)
+    assert episodes == 2
+    with pytest.raises(StopIteration):
+        env.step(1)  # the run is over: so is every step of it
+    env.begin_stage(evaluate)
+    _, info = env.reset()
+    assert info["arbiter"]["stage"] == "eval" and info["arbiter"]["item"] == evaluate["items"][0]
+    for _ in range(5):
+        env.step(0)
+    env.submit()
+    env.close()
+    assert finish(outcome)["state"] == "SUCCESS"
+    # A record per training episode, all of the run's item; then the evaluation episode's.
+    played = [(record["index"], record["stage"]) for record in read_episodes(results)]
+    assert played == [(0, "train"), (0, "train"), (1, "eval")]

@@ -1,0 +1,195 @@
+"""The manual stays whole: the MkDocs site builds strictly, every page is in its navigation, every
+page and anchor that code, tests or the README cite exists, every command and option of the
+command line is in its reference, every repository file the pages name exists, and the README
+stays short and keeps the two commands that CI and newcomers run."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import paths
+import pytest
+import yaml
+
+from arbiter.server.cli.parser import build_parser
+
+REPO = paths.REPO
+DOCS = REPO / "docs"
+README = REPO / "README.md"
+README_MAX_LINES = 200
+# What the README promises, byte for byte: tests, CI (.ci/run) and newcomers run exactly these.
+INSTALL_AND_RUN = "pip install -e . && arbiter run -- python examples/random_agent.py"
+TEST_COMMAND = 'pip install -e ".[dev]" && python -m pytest'
+# The pages code, tests and other pages are told they may cite: renaming one breaks them.
+STABLE_PAGES = [
+    "index.md",
+    "getting-started.md",
+    "local-runs.md",
+    "hosted.md",
+    "formats/flatland.md",
+    "formats/two-phase.md",
+    "formats/diambra.md",
+    "formats/metalc.md",
+    "adding-a-format.md",
+    "reference/competition-file.md",
+    "reference/results.md",
+    "reference/command-line.md",
+    "design/architecture.md",
+    "design/wire.md",
+    "design/scoring.md",
+    "design/reliability.md",
+    "design/performance.md",
+]
+# Where citations of the manual live: the code, its tests and scripts, and the README.
+CITING_FOLDERS = ["server", "client", "protocol", "scripts", "tests"]
+# docs/<page>.md with an optional #anchor, not inside a longer path (mydocs/, x/docs/).
+DOCS_CITATION = re.compile(r"(?<![\w./-])docs/((?:[\w-]+/)*[\w-]+\.md)(?:#([\w-]+))?")
+# A file or folder of the repository named in a page: a concrete path (no placeholder such as
+# <name> or *) that ends in a file extension or a slash.
+REPO_PATH = re.compile(
+    r"(?<![\w./-])((?:server|client|protocol|scripts|tests|examples|docker)/[\w./-]*?"
+    r"(?:\.(?:py|md|yml|yaml|toml|json|txt|Dockerfile)|/))(?![\w<*])"
+)
+
+
+def cited_pages() -> list[tuple[str, str, str | None]]:
+    """(citing file, page under docs/, anchor or None) for every citation of the manual."""
+    sources = [README] + [
+        path
+        for folder in CITING_FOLDERS
+        for path in sorted((REPO / folder).rglob("*.py"))
+        if "__pycache__" not in path.parts
+    ]
+    found = []
+    for source in sources:
+        text = source.read_text(encoding="utf-8")
+        for match in DOCS_CITATION.finditer(text):
+            found.append((str(source.relative_to(REPO)), match.group(1), match.group(2)))
+    return found
+
+
+def nav_pages(entry: object) -> list[str]:
+    """The page files a mkdocs.yml nav (or part of it) lists."""
+    if isinstance(entry, str):
+        return [entry]
+    if isinstance(entry, list):
+        return [page for item in entry for page in nav_pages(item)]
+    if isinstance(entry, dict):
+        return [page for value in entry.values() for page in nav_pages(value)]
+    raise AssertionError(f"unexpected nav entry in mkdocs.yml: {entry!r}")
+
+
+def built_page(site: Path, page: str) -> Path:
+    """Where MkDocs (directory URLs) writes the HTML of docs/<page>."""
+    stem = page[: -len(".md")]
+    if stem == "index" or stem.endswith("/index"):
+        return site / stem.removesuffix("index") / "index.html"
+    return site / stem / "index.html"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built once with `mkdocs build --strict` (a warning, such as a broken link or a
+    page missing from the nav, fails the build)."""
+    pytest.importorskip("mkdocs", reason="mkdocs is not installed (the dev extra has it: pip install -e '.[dev]')")
+    pytest.importorskip("material", reason="mkdocs-material is not installed (pip install mkdocs-material)")
+    out = tmp_path_factory.mktemp("site")
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "WARNING" not in done.stderr, done.stderr
+    return out
+
+
+@pytest.mark.timeout(300)
+def test_the_site_builds_strictly_with_every_page(site: Path) -> None:
+    for page in STABLE_PAGES:
+        assert built_page(site, page).is_file(), f"docs/{page} was not built"
+
+
+def test_the_pages_code_may_cite_exist() -> None:
+    missing = [page for page in STABLE_PAGES if not (DOCS / page).is_file()]
+    assert not missing, f"pages that code and tests may cite are missing: {missing}"
+
+
+def test_every_page_is_in_the_nav_and_every_nav_entry_is_a_page() -> None:
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    listed = nav_pages(config["nav"])
+    pages = sorted(str(path.relative_to(DOCS)) for path in DOCS.rglob("*.md"))
+    assert sorted(set(listed)) == sorted(listed), "a page is listed twice in the nav"
+    assert sorted(listed) == pages, (
+        f"pages not in the nav: {sorted(set(pages) - set(listed))}; "
+        f"nav entries without a page: {sorted(set(listed) - set(pages))}"
+    )
+
+
+def test_every_cited_page_exists() -> None:
+    citations = cited_pages()
+    assert any(source == "README.md" for source, _, _ in citations), "the README links no page of the manual"
+    missing = sorted({f"{source}: docs/{page}" for source, page, _ in citations if not (DOCS / page).is_file()})
+    assert not missing, "citations of pages that do not exist:\n" + "\n".join(missing)
+
+
+@pytest.mark.timeout(300)
+def test_every_cited_anchor_exists(site: Path) -> None:
+    missing = []
+    for source, page, anchor in cited_pages():
+        if anchor is None or not (DOCS / page).is_file():
+            continue  # a missing page is test_every_cited_page_exists's to report
+        html = built_page(site, page).read_text(encoding="utf-8")
+        if f'id="{anchor}"' not in html:
+            missing.append(f"{source}: docs/{page}#{anchor}")
+    assert not missing, "citations of anchors that do not exist:\n" + "\n".join(sorted(set(missing)))
+
+
+def test_the_reliability_page_defines_every_fault() -> None:
+    """Tests' docstrings name faults F1 to F17; docs/design/reliability.md#f5 must lead to F5."""
+    text = (DOCS / "design" / "reliability.md").read_text(encoding="utf-8")
+    for number in range(1, 18):
+        assert re.search(rf'id="f{number}"|\{{#f{number}\}}', text), f"no anchor f{number} on the reliability page"
+        assert re.search(rf"\bF{number}\b", text), f"F{number} is not defined on the reliability page"
+
+
+def test_the_readme_is_short_and_keeps_the_two_commands() -> None:
+    readme = README.read_text(encoding="utf-8")
+    lines = readme.count("\n") + (not readme.endswith("\n"))
+    assert lines <= README_MAX_LINES, f"README.md has {lines} lines; the manual is the place for more"
+    commands = [line.strip() for block in re.findall(r"```bash\n(.*?)```", readme, re.S) for line in block.splitlines()]
+    getting_started = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    for command in (INSTALL_AND_RUN, TEST_COMMAND):
+        assert command in commands, f"README.md has no bash block with the line {command!r}"
+        assert command in getting_started, f"docs/getting-started.md does not give {command!r}"
+
+
+def test_every_command_and_option_is_in_the_command_line_reference() -> None:
+    reference = (DOCS / "reference" / "command-line.md").read_text(encoding="utf-8")
+    parser = build_parser()
+    commands = next(action for action in parser._actions if action.choices and action.dest == "command")
+    missing = []
+    for name, command in commands.choices.items():
+        if f"## `arbiter {name}`" not in reference:
+            missing.append(f"arbiter {name}")
+        for action in command._actions:
+            for option in action.option_strings:
+                if option.startswith("--") and option != "--help" and f"`{option}" not in reference:
+                    missing.append(f"arbiter {name} {option}")
+    assert not missing, "missing from docs/reference/command-line.md: " + ", ".join(missing)
+
+
+def test_every_repository_path_the_manual_names_exists() -> None:
+    missing = []
+    for page in [README, *sorted(DOCS.rglob("*.md"))]:
+        for match in REPO_PATH.finditer(page.read_text(encoding="utf-8")):
+            if not (REPO / match.group(1)).exists():
+                missing.append(f"{page.relative_to(REPO)}: {match.group(1)}")
+    assert not missing, "paths named in the manual that do not exist:\n" + "\n".join(sorted(set(missing)))

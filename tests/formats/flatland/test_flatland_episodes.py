@@ -1,0 +1,100 @@
+"""Flatland test folders and their episodes (docs/formats/flatland.md): the folder's episodes in
+(test, level) order, the documented invalid-action policy, and an episode's reward as the chosen
+reward model gives it, on the session's tiny test set."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.formats.flatland.episodes import FlatlandTestFolder, sanitize_actions
+
+DO_NOTHING = 0
+
+
+@pytest.mark.parametrize(
+    "action,clean,invalid",
+    [
+        (None, {}, 0),
+        ({0: 2, 1: 4}, {0: 2, 1: 4}, 0),
+        ({np.int64(1): np.int32(3), "0": 1}, {1: 3, 0: 1}, 0),  # numpy ints and digit strings are ints
+        ({0: 5, 1: -1}, {}, 2),  # values outside 0–4
+        ({2: 1, -1: 1, 0: 1}, {0: 1}, 2),  # handles that are no agent of a 2-agent env
+        ({0: True, 1: 2.5}, {}, 2),  # True is not action 1, 2.5 is no action
+        ({0: 2.0}, {0: 2}, 0),
+        ([2, 2], {}, 1),  # not a map
+    ],
+)
+def test_invalid_actions_are_dropped_and_counted_never_failing(action, clean, invalid):
+    assert sanitize_actions(action, num_agents=2) == (clean, invalid)
+
+
+def test_the_folder_lists_its_episodes_in_test_and_level_order_with_their_metadata(tiny_tests):
+    folder = FlatlandTestFolder(tiny_tests, seed=5)
+    with open(os.path.join(tiny_tests, "metadata.csv"), newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [e.env for e in folder.episodes] == [f"{r['test_id']}/{r['env_id']}.pkl" for r in rows]
+    assert [(e.index, e.test, e.level) for e in folder.episodes] == [
+        (i, r["test_id"], r["env_id"]) for i, r in enumerate(rows)
+    ]
+    assert folder.metadata[folder.episodes[1].env]["n_agents"] == rows[1]["n_agents"]
+    assert len(FlatlandTestFolder(tiny_tests, max_episodes=2).episodes) == 2
+
+
+def test_broken_folders_are_refused_saying_what_is_missing(tiny_tests, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        FlatlandTestFolder(str(tmp_path / "nowhere"))
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_tests, copy)
+    os.remove(copy / "metadata.csv")
+    with pytest.raises(ConfigError, match="metadata.csv not found"):
+        FlatlandTestFolder(str(copy))
+    (copy / "metadata.csv").write_text("test,env\nTest_0,Level_0\n")
+    with pytest.raises(ConfigError, match="needs test_id and env_id columns"):
+        FlatlandTestFolder(str(copy))
+
+
+def test_an_episode_collects_minus_one_per_agent_not_arrived_under_neurips2020(tiny_tests):
+    folder = FlatlandTestFolder(tiny_tests, seed=5)
+    episode = folder.open(folder.episodes[0], "neurips2020")
+    try:
+        agents = episode.num_agents
+        for _ in range(3):  # nobody departs, nobody arrives: each agent pays 1 a step
+            assert episode.step({handle: DO_NOTHING for handle in range(agents)}) is False
+        assert (episode.steps, episode.reward, episode.arrived()) == (3, -3.0 * agents, 0)
+        payload = episode.create_payload()
+        assert (payload["random_seed"], payload["env_file_path"]) == (5, folder.episodes[0].env)
+    finally:
+        episode.close()
+    assert episode.env is None and episode.reward == -3.0 * agents  # freed, figures kept
+
+
+def test_flatlands_own_rewards_give_nothing_per_step(tiny_tests):
+    folder = FlatlandTestFolder(tiny_tests, seed=5)
+    episode = folder.open(folder.episodes[0], "flatland")
+    try:
+        for _ in range(3):
+            episode.step({})
+        assert episode.reward == 0.0
+    finally:
+        episode.close()
+
+
+def test_the_same_seed_resets_the_same_episode(tiny_tests):
+    folder = FlatlandTestFolder(tiny_tests, seed=9)
+    first, second = (folder.open(folder.episodes[2], "neurips2020") for _ in range(2))
+    try:
+        starts = [
+            [(a.initial_configuration, a.targets, a.earliest_departure, a.latest_arrival) for a in e.env.agents]
+            for e in (first, second)
+        ]
+        assert starts[0] == starts[1]
+        assert first.max_episode_steps == second.max_episode_steps > 0
+    finally:
+        first.close()
+        second.close()

@@ -1,0 +1,173 @@
+"""server/service/results.py: the results folder as ResultsStore writes it and every reader reads it.
+
+What happens to the folder under faults (torn appends, full disks, crashed withdrawals) is in
+tests/service/test_fault_results.py and tests/service/test_full_disk.py; here is the plain
+behaviour those build on, on disk: what an item's write leaves, what a fresh start removes,
+what a resume loads, what a withdrawal moves, and a folder that cannot be written.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from arbiter.server.service.results import (
+    ITEM_END,
+    ResultsStore,
+    ResultsUnwritable,
+    read_items,
+    read_records,
+    replay_file,
+)
+
+COLUMNS = ["index", "unit", "score"]
+
+
+def csv_row(record: dict[str, Any]) -> dict[str, Any]:
+    return {"index": record["index"], "unit": record["unit"], "score": record["score"]}
+
+
+def store_in(folder: str) -> ResultsStore:
+    return ResultsStore(folder, COLUMNS, csv_row)
+
+
+def item(index: int, scores: list[float]) -> list[dict[str, Any]]:
+    """An item's records as the core makes them: the last one marked ``last_of_item``."""
+    last = len(scores) - 1
+    return [
+        {"index": index, "unit": f"item-{index}", "score": score, ITEM_END: i == last} for i, score in enumerate(scores)
+    ]
+
+
+def csv_rows(store: ResultsStore) -> list[dict[str, str]]:
+    with open(store.csv_path, newline="", encoding="utf-8") as handle:
+        return list(csv.DictReader(handle))
+
+
+def file_lines(path: str) -> list[dict[str, Any]]:
+    with open(path, encoding="utf-8") as handle:
+        return [json.loads(line) for line in handle]
+
+
+def test_an_item_is_appended_whole_with_its_last_record_marked(tmp_path):
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0, 2.0, 3.0]))
+    store.add_episode(item(1, [4.0])[0])
+    assert [line[ITEM_END] for line in file_lines(store.episodes_path)] == [False, False, True, True]
+    # Readers see the records as the evaluation made them.
+    assert read_records(store.episodes_path) == item(0, [1.0, 2.0, 3.0]) + item(1, [4.0])
+    assert [len(stored.records) for stored in read_items(store.episodes_path).items] == [3, 1]
+
+
+def test_results_csv_has_the_formats_columns_and_a_row_per_record(tmp_path):
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [0.5, 0.25]))
+    store.add_episodes(item(1, [1.5]))
+    rows = csv_rows(store)
+    assert list(rows[0]) == COLUMNS
+    assert [(row["index"], row["score"]) for row in rows] == [("0", "0.5"), ("0", "0.25"), ("1", "1.5")]
+
+
+def test_no_records_write_nothing(tmp_path):
+    store = store_in(str(tmp_path))
+    store.add_episodes([])
+    assert not os.path.exists(store.episodes_path) and not os.path.exists(store.csv_path)
+
+
+def test_a_record_that_is_not_json_is_refused_and_leaves_the_file_as_it_was(tmp_path):
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0]))
+    before = Path(store.episodes_path).read_bytes()
+    with pytest.raises(ValueError):
+        store.add_episodes(item(1, [float("nan")]))  # JSON has no NaN: scoring could not read it back
+    assert Path(store.episodes_path).read_bytes() == before
+
+
+def test_the_summary_is_rewritten_whole_and_read_back(tmp_path):
+    store = store_in(str(tmp_path))
+    assert store.previous_summary() is None
+    store.write_summary({"state": "RUNNING"})
+    store.write_summary({"state": "SUCCESS", "score": {"primary": 1.0}})
+    assert store.previous_summary() == {"state": "SUCCESS", "score": {"primary": 1.0}}
+    assert [name for name in os.listdir(tmp_path) if ".tmp." in name] == []
+
+
+def test_a_summary_that_cannot_be_read_is_no_previous_summary(tmp_path):
+    store = store_in(str(tmp_path))
+    with open(store.summary_path, "w", encoding="utf-8") as handle:
+        handle.write('{"state": "RUN')
+    assert store.previous_summary() is None
+
+
+def test_a_replay_is_written_where_replay_file_says(tmp_path):
+    store = store_in(str(tmp_path))
+    store.write_replay(4, {"actions": [[0, 1], [2, 3]]})
+    with open(replay_file(str(tmp_path), 4), encoding="utf-8") as handle:
+        assert json.load(handle) == {"actions": [[0, 1], [2, 3]]}
+
+
+def test_a_fresh_start_removes_an_earlier_evaluation_and_only_that(tmp_path):
+    earlier = store_in(str(tmp_path))
+    earlier.add_episodes(item(0, [1.0]))
+    earlier.write_summary({"state": "SUCCESS"})
+    earlier.write_replay(0, {"actions": []})
+    with open(earlier.events_path, "w", encoding="utf-8") as handle:
+        handle.write("{}\n")
+    (tmp_path / "results.csv.tmp.999").write_text("a write a kill cut short")
+    (tmp_path / "notes.txt").write_text("the organiser's own file")
+    store_in(str(tmp_path)).start_fresh()
+    assert sorted(os.listdir(tmp_path)) == ["notes.txt"]
+
+
+def test_resume_loads_the_whole_items_and_rebuilds_results_csv(tmp_path):
+    earlier = store_in(str(tmp_path))
+    earlier.add_episodes(item(0, [1.0]))
+    earlier.add_episodes(item(1, [2.0, 3.0]))
+    os.remove(earlier.csv_path)  # results.csv follows episodes.jsonl, the source of truth
+    resumed = store_in(str(tmp_path))
+    assert resumed.load_for_resume() == item(0, [1.0]) + item(1, [2.0, 3.0])
+    assert [row["score"] for row in csv_rows(resumed)] == ["1.0", "2.0", "3.0"]
+    # New items go after the loaded ones, in both files.
+    resumed.add_episodes(item(2, [4.0]))
+    assert [row["index"] for row in csv_rows(resumed)] == ["0", "1", "1", "2"]
+    assert [record["index"] for record in read_records(resumed.episodes_path)] == [0, 1, 1, 2]
+
+
+def test_resume_of_a_folder_without_records_loads_nothing(tmp_path):
+    assert store_in(str(tmp_path)).load_for_resume() == []
+    assert read_records(str(tmp_path / "episodes.jsonl")) == []
+
+
+def test_withdraw_from_moves_the_later_items_to_replayed_and_keeps_the_earlier(tmp_path):
+    store = store_in(str(tmp_path))
+    for index in range(4):
+        store.add_episodes(item(index, [float(index), float(index) + 0.5]))
+    withdrawn = store.withdraw_from(2)
+    assert withdrawn == item(2, [2.0, 2.5]) + item(3, [3.0, 3.5])
+    assert [record["index"] for record in read_records(store.episodes_path)] == [0, 0, 1, 1]
+    assert read_records(store.replayed_path) == withdrawn
+    assert [row["index"] for row in csv_rows(store)] == ["0", "0", "1", "1"]
+    # The items played again are appended as usual; replayed.jsonl keeps the withdrawn ones.
+    store.add_episodes(item(2, [9.0]))
+    assert [record["score"] for record in read_records(store.episodes_path)][-1] == 9.0
+    assert read_records(store.replayed_path) == withdrawn
+
+
+def test_a_folder_that_is_gone_raises_results_unwritable_and_is_remembered(tmp_path):
+    folder = tmp_path / "results"
+    store = store_in(str(folder))
+    store.add_episodes(item(0, [1.0]))
+    shutil.rmtree(folder)
+    with pytest.raises(ResultsUnwritable, match=r"cannot be written \(episodes.jsonl: .*--resume"):
+        store.add_episodes(item(1, [2.0]))
+    assert isinstance(store.unwritable, ResultsUnwritable)
+    first = store.unwritable
+    with pytest.raises(ResultsUnwritable):
+        store.write_summary({"state": "INTERRUPTED"})
+    assert store.unwritable is first  # the first refusal is the evaluation's cause
