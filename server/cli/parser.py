@@ -6,6 +6,7 @@ import argparse
 import tomllib
 from typing import Any
 
+from arbiter.server.cli.hosting import add_hosting_parsers
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.core.competition import (
     DEBUG_EPISODES,
@@ -346,4 +347,5 @@ def build_parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="write a self-contained report.html from a results folder")
     report.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
     report.add_argument("--out", metavar="FILE", help="the HTML file to write (default RESULTS_DIR/report.html)")
+    add_hosting_parsers(commands)  # submit, worker, submissions, cancel
     return parser

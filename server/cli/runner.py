@@ -190,7 +190,10 @@ def run_local(
     redis_url: str | None,
     progress: Progress,
     redis_outage_s: float = 60.0,
+    resume: bool = False,
 ) -> RunOutcome:
+    """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
+    a new agent (a hosted submission whose worker was lost)."""
     problem = agent_command_problem(agent_command)
     if problem:
         raise ConfigError(f"cannot start the agent: {problem}")
@@ -225,6 +228,7 @@ def run_local(
             service_id=service_id,
             progress=progress,
             redis_outage_s=redis_outage_s,
+            resume=resume,
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
         )

@@ -36,6 +36,21 @@ DEBUG_OVERALL_S = 48 * 60.0
 
 
 @dataclass(frozen=True)
+class HostingPolicy:
+    """The ``[hosting]`` table: limits of a competition hosted on a farm (``arbiter submit``).
+    A limit left out is no limit."""
+
+    daily_submissions: int | None = None  # official submissions per participant per UTC day
+    debug_daily_submissions: int | None = None  # debug submissions (--debug), counted apart
+
+    def __post_init__(self) -> None:
+        for name in ("daily_submissions", "debug_daily_submissions"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+                raise ConfigError(f"[hosting] {name} must be a whole number >= 0, got {value!r}")
+
+
+@dataclass(frozen=True)
 class CompetitionSpec:
     name: str
     format: str = "flatland"
@@ -48,6 +63,7 @@ class CompetitionSpec:
     # Pickled requests from FlatlandRemoteClient(use_pickle=True), through a restricted unpickler.
     accept_pickle: bool = True
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
+    hosting: HostingPolicy = field(default_factory=HostingPolicy)
     options: Any = None  # the format's own keys (its options dataclass), None for a format with none
     # True: the seed is chosen (the organiser's competition file, --set seed=, --seed; or settled
     # by persisted_seed); False: it is a shipped preset's or the default, public, and a hosted
@@ -107,6 +123,7 @@ class CompetitionSpec:
 # seed_fixed is where the seed came from, never a key of a file.
 _CORE_KEYS = {f.name for f in dataclasses.fields(CompetitionSpec)} - {"name", "options", "seed_fixed"}
 _BUDGET_KEYS = {f.name for f in dataclasses.fields(BudgetPolicy)}
+_HOSTING_KEYS = {f.name for f in dataclasses.fields(HostingPolicy)}
 
 
 def preset_paths() -> dict[str, str]:
@@ -197,9 +214,21 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         raise ConfigError(f"{source}: {exc}") from None
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    hosting_data = core.pop("hosting", {})
+    if not isinstance(hosting_data, dict):
+        raise ConfigError(f"{source}: [hosting] must be a table")
+    unknown = set(hosting_data) - _HOSTING_KEYS
+    if unknown:
+        raise ConfigError(f"{source}: unknown hosting keys {sorted(unknown)}; allowed: {sorted(_HOSTING_KEYS)}")
+    try:
+        hosting = HostingPolicy(**hosting_data)
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
     options = options_from_dict(found.options, own, source) if found.options is not None else None
     try:
-        return CompetitionSpec(name=name, budgets=budgets, options=options, seed_fixed="seed" in core, **core)
+        return CompetitionSpec(
+            name=name, budgets=budgets, hosting=hosting, options=options, seed_fixed="seed" in core, **core
+        )
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
 

@@ -1,0 +1,105 @@
+"""Submitting and cancelling: every check is made before anything is written, so a refused
+submission (an unknown competition, a missing folder, a used-up quota) leaves Redis as it was."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import redis
+from rq.exceptions import NoSuchJobError
+from rq.job import Job
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.competition import CompetitionSpec, load_competition
+from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission, job_timeout_s
+from arbiter.server.hosting.quotas import check_quota
+from arbiter.server.hosting.submissions import (
+    CANCELLED,
+    ENDED,
+    QUEUED,
+    RUNNING,
+    Submission,
+    SubmissionStore,
+    new_submission_id,
+)
+
+# Held while a participant's quota is counted and the submission added: two submissions of one
+# participant at once cannot both take the last one.
+QUOTA_LOCK_TIMEOUT_S = 10.0
+QUOTA_LOCK_PREFIX = "arbiter:hosting:quota-lock"
+CANCELLED_BY_ORGANISER = "cancelled by the organiser"
+
+
+def submission_spec(submission: Submission) -> CompetitionSpec:
+    """The competition as the submission asked for it: its --set overrides, phase and debug."""
+    overrides = list(submission.sets) + ([f"phase={submission.phase}"] if submission.phase is not None else [])
+    spec = load_competition(submission.competition, overrides)
+    return spec.with_debug() if submission.debug else spec
+
+
+def submit(
+    conn: redis.Redis,
+    *,
+    competition: str,
+    participant: str,
+    agent: list[str],
+    phase: int | None = None,
+    debug: bool = False,
+    sets: list[str] | None = None,
+    workdir: str | None = None,
+) -> Submission:
+    """Queue one submission; returns its record (its id is the evaluation's)."""
+    if not participant.strip():
+        raise ConfigError("--participant is empty: name the participant the submission is for")
+    if not agent:
+        raise ConfigError("no agent command: use  arbiter submit [options] -- python my_agent.py")
+    if workdir is not None:
+        if not os.path.isdir(workdir):
+            raise ConfigError(f"--workdir {workdir!r} is not a folder")
+        workdir = os.path.abspath(workdir)
+    if os.path.isfile(competition):
+        competition = os.path.abspath(competition)  # workers read the same file
+    submission = Submission(
+        id=new_submission_id(),
+        competition=competition,
+        participant=participant,
+        agent=list(agent),
+        phase=phase,
+        debug=debug,
+        sets=list(sets or []),
+        workdir=workdir,
+    )
+    spec = submission_spec(submission)  # an unknown competition or a bad --set stops here
+    submission.competition_name = spec.name
+    submission.timeout_s = job_timeout_s(spec)
+    store = SubmissionStore(conn)
+    with conn.lock(f"{QUOTA_LOCK_PREFIX}:{participant}", timeout=QUOTA_LOCK_TIMEOUT_S):
+        submission.submitted_at = time.time()
+        check_quota(store, spec, participant, debug=debug, now=submission.submitted_at)
+        with conn.pipeline() as pipe:  # the record and its job, both or neither
+            # RQ opens the transaction (MULTI) itself, so its job goes into the pipeline first.
+            enqueue_submission(arbiter_queue(conn), submission.id, submission.timeout_s, pipeline=pipe)
+            store.add(submission, pipeline=pipe)
+            pipe.execute()
+    return submission
+
+
+def cancel(conn: redis.Redis, submission_id: str) -> Submission:
+    """Cancel a queued or running submission. A running one is stopped by its own worker, which
+    watches its record: the evaluation ends as interrupted and its agent is stopped."""
+    store = SubmissionStore(conn)
+    found = store.get(submission_id)
+    if found.state in ENDED:
+        raise ConfigError(f"submission {submission_id} already ended ({found.state}); nothing to cancel")
+    changed = store.change(
+        submission_id, (QUEUED, RUNNING), state=CANCELLED, cause=CANCELLED_BY_ORGANISER, finished_at=time.time()
+    )
+    if changed is None:  # it ended meanwhile
+        raise ConfigError(f"submission {submission_id} already ended ({store.get(submission_id).state})")
+    if found.state == QUEUED:
+        try:
+            Job.fetch(submission_id, connection=conn, serializer=SERIALIZER).cancel()
+        except NoSuchJobError:
+            pass  # its job is gone already: the record alone says it is cancelled
+    return changed

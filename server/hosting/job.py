@@ -1,0 +1,250 @@
+"""What a worker runs for one submission (RQ's job function, named by queue.py).
+
+Nothing lost, nothing twice: the job takes the submission's lock in Redis before it evaluates,
+so a job delivered twice (enqueued again, retried while a first attempt still runs) evaluates
+nothing the second time; a submission that ended is left as it is. The lock lives
+``LOCK_TTL_S`` unless its holder renews it, so the lock of a worker that vanished frees itself.
+An attempt whose results folder already holds finished items continues after the last one
+(the evaluator's resume), with a new agent.
+
+An attempt cut by the farm (a Redis outage, an internal error) raises while RQ has retries left,
+so RQ runs the job again; after the last one the submission fails, its fault the farm's.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from rq import get_current_job
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.hosting.backends import Backend
+from arbiter.server.hosting.farm import submission_spec
+from arbiter.server.hosting.submissions import (
+    AGENT_FAULT,
+    ENDED,
+    FAILED,
+    FINISHED,
+    INFRASTRUCTURE_FAULT,
+    QUEUED,
+    RUNNING,
+    Submission,
+    SubmissionStore,
+    lock_key,
+)
+
+log = logging.getLogger(__name__)
+
+LOCK_TTL_S = 3.0  # how soon the lock of a vanished worker frees itself
+LOCK_RENEW_S = 0.5  # how often its holder renews it, and looks whether it was cancelled
+
+
+class RetryableFailure(Exception):
+    """An attempt the farm cut short; RQ runs the job again (it continues where it stopped)."""
+
+
+@dataclass
+class WorkerSettings:
+    redis_url: str
+    results_root: str
+    backend: Backend
+    worker_name: str = ""
+
+
+_settings: WorkerSettings | None = None
+
+
+def configure(settings: WorkerSettings) -> None:
+    """Set by the worker process before it takes jobs; its work-horses inherit it."""
+    global _settings
+    _settings = settings
+
+
+def results_folder(results_root: str, submission: Submission) -> str:
+    return os.path.join(results_root, submission.competition_name, submission.id)
+
+
+def evaluate_submission(submission_id: str) -> str:
+    """RQ's job: evaluate one submission, once. Returns what happened, in words (RQ keeps it)."""
+    if _settings is None:
+        raise RuntimeError("evaluate_submission runs in an arbiter worker (arbiter worker, or job.configure)")
+    conn = redis.Redis.from_url(_settings.redis_url)
+    store = SubmissionStore(conn)
+    delivered = store.change(submission_id, (QUEUED, RUNNING), deliveries=lambda n: n + 1)
+    if delivered is None:
+        return f"submission {submission_id} already {store.get(submission_id).state}; left as it is"
+    lock = conn.lock(lock_key(submission_id), timeout=LOCK_TTL_S, thread_local=False)
+    if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
+        return f"submission {submission_id} is being evaluated by another worker; this delivery evaluates nothing"
+    keeper = LockKeeper(lock, store, submission_id)
+    keeper.start()
+    try:
+        return _evaluate_locked(store, submission_id, _settings, keeper)
+    finally:
+        keeper.stop()
+        try:
+            lock.release()
+        except redis.exceptions.LockError:
+            pass  # it expired (the process was stopped long enough): nothing held any more
+        conn.close()
+
+
+class LockKeeper(threading.Thread):
+    """Renews the submission's lock while the attempt runs, and stops the evaluation (a SIGTERM
+    to this process, which the evaluator handles as a stop: the evaluation ends as interrupted,
+    the agent's group is stopped) when the submission is cancelled, or when the lock was lost:
+    this process was held up past its lifetime, and another worker may have taken over."""
+
+    def __init__(self, lock: Any, store: SubmissionStore, submission_id: str):
+        super().__init__(name=f"lock-{submission_id}", daemon=True)
+        self.lock, self.store, self.submission_id = lock, store, submission_id
+        self.done = threading.Event()
+        self.stopping = False
+        self.lost = False
+
+    def run(self) -> None:
+        while not self.done.wait(LOCK_RENEW_S):
+            try:
+                self.lock.reacquire()
+                found = self.store.find(self.submission_id)
+            except redis.exceptions.LockNotOwnedError:
+                self.lost = True
+                self._stop_evaluation()
+                return
+            except redis.exceptions.RedisError:
+                continue  # an outage: the evaluator rides it out or stops
+            if found is not None and found.state == "cancelled":
+                self._stop_evaluation()
+
+    def _stop_evaluation(self) -> None:
+        if not self.stopping:
+            self.stopping = True
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop(self) -> None:
+        self.done.set()
+        self.join(timeout=5)
+
+
+def _evaluate_locked(store: SubmissionStore, submission_id: str, settings: WorkerSettings, keeper: LockKeeper) -> str:
+    submission = store.get(submission_id)
+    if submission.state in ENDED:
+        return f"submission {submission_id} already {submission.state}; left as it is"
+    results_dir = results_folder(settings.results_root, submission)
+    ended = _ended_before(results_dir)
+    if ended is not None:  # the previous attempt finished its evaluation, then was lost
+        _mark_summary(results_dir, submission)
+        _write_report(results_dir)
+        return _record(store, submission, ended)
+    started = store.change(
+        submission_id,
+        (QUEUED, RUNNING),
+        state=RUNNING,
+        attempts=lambda n: n + 1,
+        started_at=time.time(),
+        worker=settings.worker_name or None,
+        results=results_dir,
+        cause=None,
+    )
+    if started is None:
+        return f"submission {submission_id} ended meanwhile; left as it is"
+    resume = os.path.exists(os.path.join(results_dir, "events.jsonl"))
+    try:
+        spec = submission_spec(started)
+        evaluated = settings.backend.evaluate(
+            spec, started, results_dir=results_dir, redis_url=settings.redis_url, resume=resume
+        )
+    except ConfigError as exc:
+        agent = str(exc).startswith("cannot start the agent")
+        return _fail(store, started, str(exc), AGENT_FAULT if agent else INFRASTRUCTURE_FAULT)
+    except Exception as exc:
+        if keeper.lost:
+            return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
+        return _retry_or_fail(store, started, f"the evaluation stopped: {type(exc).__name__}: {exc}")
+    if keeper.lost:  # whoever holds the submission now records its ending
+        return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
+    _mark_summary(results_dir, started)
+    _write_report(results_dir)
+    return _record(store, started, evaluated.summary)
+
+
+def _write_report(results_dir: str) -> None:
+    """The evaluation's report.html, next to its results; the results stand without it."""
+    from arbiter.server.report.page import write_report
+
+    try:
+        write_report(results_dir)
+    except Exception:
+        log.exception("no report for %s", results_dir)
+
+
+def _ended_before(results_dir: str) -> dict[str, Any] | None:
+    try:
+        with open(os.path.join(results_dir, "summary.json"), encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return summary if summary.get("state") in ("SUCCESS", "FAILED") else None
+
+
+def _record(store: SubmissionStore, submission: Submission, summary: dict[str, Any]) -> str:
+    state, cause = summary.get("state"), summary.get("termination_cause") or ""
+    if state == "SUCCESS":
+        score = (summary.get("score") or {}).get("primary")
+        changed = store.change(
+            submission.id, (QUEUED, RUNNING), state=FINISHED, cause=cause, score=score, finished_at=time.time()
+        )
+        return f"submission {submission.id}: finished, score {score}" if changed else "ended meanwhile"
+    if state == "FAILED":
+        internal = cause.startswith("internal error")
+        if "JobTimeoutException" in cause:
+            cause = f"ran past its overall budget plus margin ({submission.timeout_s} s in all)"
+        return _fail(store, submission, cause, INFRASTRUCTURE_FAULT if internal else AGENT_FAULT)
+    if store.get(submission.id).state != RUNNING:  # cancelled: its evaluation was stopped for it
+        return f"submission {submission.id}: {store.get(submission.id).state}"
+    return _retry_or_fail(store, submission, f"the evaluation was interrupted: {cause}")
+
+
+def _fail(store: SubmissionStore, submission: Submission, cause: str, fault: str) -> str:
+    store.change(submission.id, (QUEUED, RUNNING), state=FAILED, cause=cause, fault=fault, finished_at=time.time())
+    return f"submission {submission.id}: failed: {cause}"
+
+
+def _retry_or_fail(store: SubmissionStore, submission: Submission, cause: str) -> str:
+    job = get_current_job()
+    if job is not None and job.retries_left:
+        store.change(submission.id, (RUNNING,), state=QUEUED, cause=f"retrying: {cause}")
+        raise RetryableFailure(cause)
+    return _fail(store, submission, f"{cause} (after {submission.attempts} attempts)", INFRASTRUCTURE_FAULT)
+
+
+def _mark_summary(results_dir: str, submission: Submission) -> None:
+    """Put the submission's identity in its summary.json (written through a renamed temporary file)."""
+    path = os.path.join(results_dir, "summary.json")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        return  # no summary: the evaluation never started
+    summary["submission"] = {
+        "id": submission.id,
+        "participant": submission.participant,
+        "competition": submission.competition_name,
+        "phase": submission.phase,
+        "debug": submission.debug,
+        "attempts": submission.attempts,
+    }
+    temporary = f"{path}.tmp.{uuid.uuid4().hex[:8]}"
+    with open(temporary, "w", encoding="utf-8") as handle:
+        json.dump(summary, handle, indent=2)
+        handle.write("\n")
+    os.replace(temporary, path)

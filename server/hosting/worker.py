@@ -1,0 +1,116 @@
+"""``arbiter worker``: an RQ worker on arbiter's queue, one submission at a time.
+
+Its heartbeats are short (``HEARTBEAT_TTL_S``): a worker lost with its machine leaves a job
+whose heartbeat lapses within seconds, which the next reaper pass (reaper.py) hands to another
+worker. Every worker reaps, idle (RQ's maintenance, every ``MAINTENANCE_INTERVAL_S``) or busy
+(between the heartbeats of its own job); a lock in Redis lets one pass run per interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+
+import redis
+from rq import Worker
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.hosting.backends import get_backend
+from arbiter.server.hosting.job import WorkerSettings, configure
+from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue
+from arbiter.server.hosting.reaper import reap, reap_due
+
+log = logging.getLogger(__name__)
+
+JOB_MONITORING_INTERVAL_S = 1  # how often a busy worker renews its job's heartbeat (RQ wants whole seconds)
+HEARTBEAT_TTL_S = 3  # a job with no heartbeat for this long is abandoned
+MAINTENANCE_INTERVAL_S = 1
+# RQ blocks on the queue for worker_ttl - 15 s at most: an idle worker looks up every second.
+WORKER_TTL_S = 16
+
+
+class ArbiterWorker(Worker):
+    def kill_horse(self, sig=signal.SIGKILL) -> None:
+        """RQ kills the work-horse's process group (a cold shutdown, a stop command, a job far
+        past its timeout); the agent's group, which the horse started, goes with it."""
+        for group in _descendant_groups(self.horse_pid):
+            try:
+                os.killpg(group, sig)
+            except (ProcessLookupError, PermissionError):
+                pass  # gone meanwhile
+        super().kill_horse(sig)
+
+    def get_heartbeat_ttl(self, job, working_time: float = 0.0) -> int:
+        return HEARTBEAT_TTL_S
+
+    def run_maintenance_tasks(self) -> None:
+        super().run_maintenance_tasks()
+        self._reap()
+
+    def maintain_heartbeats(self, job, execution) -> None:
+        super().maintain_heartbeats(job, execution)
+        self._reap()
+
+    def _reap(self) -> None:
+        try:
+            if reap_due(self.connection):
+                reap(self.connection)
+        except redis.exceptions.RedisError as exc:
+            log.warning("reaper pass skipped: %s", exc)
+
+
+def _descendant_groups(pid: int) -> set[int]:
+    """The process groups of ``pid``'s descendants other than its own (Linux's /proc; none
+    elsewhere)."""
+    groups: set[int] = set()
+    pending = [pid] if pid else []
+    while pending:
+        current = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                with open(f"/proc/{current}/task/{task}/children", encoding="ascii") as handle:
+                    children = [int(child) for child in handle.read().split()]
+            except OSError:
+                continue
+            for child in children:
+                pending.append(child)
+                try:
+                    groups.add(os.getpgid(child))
+                except ProcessLookupError:
+                    pass
+    try:
+        groups.discard(os.getpgid(pid))
+    except ProcessLookupError:
+        pass
+    return groups
+
+
+def run_worker(redis_url: str, results_root: str, *, backend: str = "local", burst: bool = False) -> bool:
+    """Evaluate queued submissions until stopped (``burst``: until the queue is empty); returns
+    whether it evaluated any."""
+    chosen = get_backend(backend)
+    try:
+        os.makedirs(results_root, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--results-root {results_root!r} cannot be used: {exc}") from None
+    if not os.access(results_root, os.W_OK):
+        raise ConfigError(f"--results-root {results_root!r} is not writable")
+    conn = redis.Redis.from_url(redis_url)
+    conn.ping()  # an unreachable Redis is one clear error, before anything starts
+    worker = ArbiterWorker(
+        [arbiter_queue(conn)],
+        connection=conn,
+        serializer=SERIALIZER,
+        job_monitoring_interval=JOB_MONITORING_INTERVAL_S,
+        maintenance_interval=MAINTENANCE_INTERVAL_S,
+        worker_ttl=WORKER_TTL_S,
+        name=f"arbiter-{socket.gethostname()}-{os.getpid()}",
+    )
+    configure(WorkerSettings(redis_url, os.path.abspath(results_root), chosen, worker_name=worker.name))
+    return worker.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level))

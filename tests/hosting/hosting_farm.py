@@ -1,0 +1,158 @@
+"""Helpers of the hosting tests: competition files, the deterministic agent as a submission's
+command, `arbiter worker` processes and the waits on a submission's state."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import paths
+from harness import wait_for
+
+from arbiter.server.hosting.submissions import Submission, SubmissionStore
+
+REPO = str(paths.REPO)
+SEEDED_AGENT = os.path.join(paths.SUPPORT, "seeded_agent_main.py")
+
+
+def competition_file(
+    folder: Path,
+    tests: str,
+    *,
+    name: str = "farm",
+    overall_s: float = 60,
+    idle_s: float = 5,
+    hosting: str = "",
+) -> str:
+    """A Flatland competition on ``tests``; ``hosting``: the lines of its [hosting] table."""
+    path = folder / f"{name}.toml"
+    path.write_text(
+        f'format = "flatland"\nscoring = "neurips2020"\ntests = "{tests}"\n'
+        f"[budgets]\nplanning_s = 5\nstep_s = 2\noverall_s = {overall_s}\nidle_s = {idle_s}\n"
+        f"[hosting]\n{hosting}\n",
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def seeded_agent(step_delay_s: float = 0.0) -> list[str]:
+    """The deterministic agent, connecting where its evaluation tells it (its environment)."""
+    command = f'exec {sys.executable} {SEEDED_AGENT} "$ARBITER_REDIS_URL" "$AICROWD_SUBMISSION_ID"'
+    if step_delay_s:
+        command += f" --step-delay {step_delay_s}"
+    return ["sh", "-c", command]
+
+
+def arbiter(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "arbiter.server.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+    )
+
+
+class Workers:
+    """`arbiter worker` processes, each in a process group of its own; all stopped at the end."""
+
+    def __init__(self, redis_url: str, results_root: str):
+        self.redis_url, self.results_root = redis_url, results_root
+        self.started: list[subprocess.Popen] = []
+
+    def start(self, *options: str) -> subprocess.Popen:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", self.redis_url,
+             "--results-root", self.results_root, *options],
+            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
+        )  # fmt: skip
+        self.started.append(process)
+        return process
+
+    def by_name(self, worker_name: str) -> subprocess.Popen:
+        pid = int(worker_name.rsplit("-", 1)[1])  # arbiter-<host>-<pid>
+        return next(process for process in self.started if process.pid == pid)
+
+    def stop_all(self) -> None:
+        for process in self.started:
+            kill_tree(process.pid)
+            process.wait(timeout=10)
+            for stream in (process.stdout, process.stderr):
+                stream.close()
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid``'s children, their children and so on (from /proc)."""
+    found: list[int] = []
+    pending = [pid]
+    while pending:
+        current = pending.pop()
+        try:
+            tasks = os.listdir(f"/proc/{current}/task")
+        except FileNotFoundError:
+            continue
+        for task in tasks:
+            try:
+                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
+            except FileNotFoundError:
+                continue
+            for child in map(int, children):
+                found.append(child)
+                pending.append(child)
+    return found
+
+
+def kill_tree(pid: int) -> list[int]:
+    """SIGKILL ``pid`` with everything it started, as a lost machine would: every process group
+    among them (the worker's, its work-horse's, the agent's). Returns the pids it killed."""
+    everyone = [pid, *descendants(pid)]
+    groups = set()
+    for member in everyone:
+        try:
+            groups.add(os.getpgid(member))
+        except ProcessLookupError:
+            pass
+    for group in groups:
+        try:
+            os.killpg(group, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return everyone
+
+
+def alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return status != "Z"
+
+
+def wait_state(store: SubmissionStore, submission_id: str, *states: str, timeout_s: float = 60) -> Submission:
+    found: dict[str, Submission] = {}
+
+    def reached() -> bool:
+        found["last"] = store.get(submission_id)
+        return found["last"].state in states
+
+    wait_for(reached, timeout_s=timeout_s, what=f"submission {submission_id} in {states}")
+    return found["last"]
+
+
+def wait_lines(path: str, count: int, timeout_s: float = 30) -> None:
+    def enough() -> bool:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return sum(1 for line in handle if line.strip()) >= count
+        except FileNotFoundError:
+            return False
+
+    wait_for(enough, timeout_s=timeout_s, what=f"{count} lines in {path}")
+
+
+def elapsed_since(start: float) -> float:
+    return time.monotonic() - start

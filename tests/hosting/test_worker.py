@@ -1,0 +1,131 @@
+"""`arbiter worker` processes on a real Redis: a burst, a cancellation in the middle of an
+evaluation, and a worker lost on the last attempt of its submission."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+
+import pytest
+import redis
+from harness import read_summary, wait_for
+from hosting_farm import Workers, alive, arbiter, competition_file, descendants, kill_tree, seeded_agent, wait_state
+from rq.job import Job
+
+from arbiter.server.hosting.farm import submit
+from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission
+from arbiter.server.hosting.submissions import (
+    CANCELLED,
+    FAILED,
+    FINISHED,
+    INFRASTRUCTURE_FAULT,
+    RUNNING,
+    SubmissionStore,
+)
+
+
+@pytest.fixture
+def workers(redis_url, tmp_path):
+    started = Workers(redis_url, str(tmp_path / "results"))
+    try:
+        yield started
+    finally:
+        started.stop_all()
+
+
+def test_a_burst_worker_evaluates_the_queue_and_exits(redis_conn, tiny_tests, tmp_path, workers: Workers) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    first = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent())
+    debug = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent(), debug=True)
+    worker = workers.start("--burst")
+    assert worker.wait(timeout=60) == 0, worker.stderr.read()
+    store = SubmissionStore(redis_conn)
+    assert store.get(first.id).state == store.get(debug.id).state == FINISHED
+    assert read_summary(store.get(debug.id).results)["debug"] is True
+    assert read_summary(store.get(first.id).results)["debug"] is False
+
+
+def test_a_running_submission_is_cancelled_within_seconds(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05))
+    worker = workers.start()
+    store = SubmissionStore(redis_conn)
+    running = wait_state(store, submission.id, RUNNING, timeout_s=30)
+    evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid), what="horse + agent")
+
+    done = arbiter("cancel", "--redis-url", redis_url, submission.id)
+    assert done.returncode == 0, done.stderr
+    cancelled_at = time.monotonic()
+    wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the agent and evaluator stopped")
+    assert time.monotonic() - cancelled_at < 5
+    assert worker.poll() is None, "the worker itself goes on"
+    found = store.get(submission.id)
+    assert found.state == CANCELLED and found.score is None
+    summary = read_summary(running.results)
+    assert summary["state"] == "INTERRUPTED"
+    assert Job.fetch(submission.id, connection=redis_conn, serializer=SERIALIZER).get_status() == "finished"
+
+
+def test_a_worker_lost_on_the_last_attempt_fails_the_submission(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05))
+    job = Job.fetch(submission.id, connection=redis_conn, serializer=SERIALIZER)
+    job.retries_left = 0  # as after its retries
+    job.save()
+    store = SubmissionStore(redis_conn)
+    first = workers.start()
+    wait_state(store, submission.id, RUNNING, timeout_s=30)
+    wait_for(lambda: os.path.exists(os.path.join(store.get(submission.id).results, "events.jsonl")), what="started")
+    kill_tree(first.pid)
+    workers.start()
+
+    found = wait_state(store, submission.id, FAILED, timeout_s=30)
+    assert found.fault == INFRASTRUCTURE_FAULT and "lost" in found.cause and found.attempts == 1
+
+
+def test_a_worker_stopped_at_once_takes_the_agent_with_it(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05))
+    worker = workers.start()
+    running = wait_state(SubmissionStore(redis_conn), submission.id, RUNNING, timeout_s=30)
+    evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid), what="horse + agent")
+
+    # RQ takes the first stop signal for "finish the job first" (it notes when in the worker's
+    # record), and a second one, a second or more later, for "now": it kills the work-horse.
+    worker.send_signal(signal.SIGTERM)
+    worker_key = f"rq:worker:{running.worker}"
+    wait_for(lambda: redis_conn.hget(worker_key, "shutdown_requested_date"), what="the warm shutdown noted")
+    noted = time.monotonic()
+    wait_for(lambda: time.monotonic() - noted > 1.2, what="RQ's window for a repeated signal")
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(timeout=10) is not None
+    wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=5, what="the agent stopped too")
+
+
+def test_a_job_enqueued_again_while_it_runs_is_evaluated_once(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.02))
+    store = SubmissionStore(redis_conn)
+    first = workers.start()
+    running = wait_state(store, submission.id, RUNNING, timeout_s=30)
+    enqueue_submission(arbiter_queue(redis_conn), submission.id, running.timeout_s)  # delivered again
+    second = workers.start()
+    wait_for(lambda: store.get(submission.id).deliveries == 2, timeout_s=30, what="the second delivery")
+
+    done = wait_state(store, submission.id, FINISHED, timeout_s=60)
+    assert done.attempts == 1 and done.deliveries == 2
+    assert done.worker == running.worker == f"arbiter-{socket.gethostname()}-{first.pid}"
+    assert second.poll() is None
+    results = os.listdir(os.path.dirname(done.results))
+    assert results == [submission.id]
+    assert read_summary(done.results)["submission"]["attempts"] == 1
