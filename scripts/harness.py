@@ -389,3 +389,34 @@ def run_main(args: Any, workers: dict[str, Callable[[Any], int]], run: Callable[
             return 2
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # which raises KeyboardInterrupt
     return run(args)
+
+
+@dataclass(frozen=True)
+class Threshold:
+    """What a benchmark promises about one figure on its own (not a ratio to a peer): ``what``
+    at least (``at_least``), or at most, ``bound`` ``unit``, judged on the least favourable of
+    the values measured (one per load level or round), so that a single good run cannot carry it."""
+
+    name: str  # the report's name for it, e.g. "evaluations_per_redis_core"
+    what: str  # e.g. "evaluations one Redis core carries"
+    unit: str  # e.g. "evaluations"
+    bound: float
+    at_least: bool
+
+    def judged(self, values: Sequence[float]) -> float:
+        return min(values) if self.at_least else max(values)
+
+    def met(self, values: Sequence[float]) -> bool:
+        worst = self.judged(values)
+        return worst >= self.bound if self.at_least else worst <= self.bound
+
+    def report(self, values: Sequence[float]) -> dict[str, Any]:
+        return {self.name: self.bound, "at_least": self.at_least, "judged": self.judged(values),
+                "values": list(values), "met": self.met(values)}  # fmt: skip
+
+    def line(self, values: Sequence[float], labels: Sequence[str]) -> str:
+        """``target <what> ≥|≤ <bound> <unit>: met|NOT met (least favourable …; <label> …, …)``."""
+        each = ", ".join(f"{label} {value:,.0f}" for label, value in zip(labels, values, strict=True))
+        verdict = "met" if self.met(values) else "NOT met"
+        label = f"{self.what} {'≥' if self.at_least else '≤'} {self.bound:,g} {self.unit}"
+        return f"target {label}: {verdict} (least favourable {self.judged(values):,.0f}; {each})"

@@ -20,12 +20,15 @@ from arbiter.server.formats import format_names
 DEFAULT_SERVICE_ID = "T12345"  # flatland's client's default submission id
 
 
+KIND_WORDS = {int: "a whole number", float: "a number"}  # how an option's expected value is named
+
+
 def _positive(kind: type) -> callable:
     def parse(text: str) -> float | int:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a {kind.__name__}") from None
+            raise argparse.ArgumentTypeError(f"{text!r} is not {KIND_WORDS.get(kind, kind.__name__)}") from None
         if value <= 0:
             raise argparse.ArgumentTypeError(f"{text!r} must be positive")
         return value

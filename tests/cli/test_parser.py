@@ -58,8 +58,8 @@ def test_serve_reads_budgets_overrides_and_resume():
     ("option", "value", "message"),
     [
         ("--step-timeout", "0", "'0' must be positive"),
-        ("--step-timeout", "fast", "'fast' is not a float"),
-        ("--max-successive-timeouts", "1.5", "'1.5' is not a"),
+        ("--step-timeout", "fast", "'fast' is not a number"),
+        ("--max-successive-timeouts", "1.5", "'1.5' is not a whole number"),
         ("--time-bank", "-1", "'-1' must be 0 or more"),
         ("--time-bank", "inf", "'inf' must be 0 or more"),
         ("--record", "-2", "'-2' must be 0 or more"),

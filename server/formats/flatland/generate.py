@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.words import plural
 
 logger = logging.getLogger(__name__)
 
@@ -318,7 +319,6 @@ def list_env_paths(tests_dir: str | os.PathLike[str]) -> list[str]:
 def write_test_folder(out_dir: str, options: dict[str, Any]) -> str:
     """The ``generate`` hook: a test folder from ``arbiter generate``'s options (preset, seed,
     overwrite; None where not given); the line saying what was written."""
-    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
 
     given = [name for name, value in options.items() if value is not None and value is not False]
     foreign = sorted(name for name in given if name not in GENERATE_OPTIONS)

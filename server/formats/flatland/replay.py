@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.words import plural
 from arbiter.server.formats.flatland.episodes import EpisodeSpec, FlatlandEpisode
 from arbiter.server.service.results import EPISODES_FILE, REPLAYS_DIR, read_records, replay_file
 
@@ -157,7 +158,6 @@ def replay_episode(
 ) -> tuple[list[str], list[str]]:
     """The ``replay`` hook: episode ``index`` replayed into the GIF ``options["out"]``, with
     ``arbiter replay``'s other options; the lines to print, and the differences from its record."""
-    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
 
     out = options.get("out")
     if not out:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.words import plural
 from arbiter.server.formats.metalc.data import TIME_BUDGETS
 
 TASKS = (
@@ -158,7 +159,6 @@ GENERATE_OPTIONS = ("datasets", "algorithms", "seed", "missing_fraction", "dupli
 def write_generated(out_dir: str, options: dict[str, Any]) -> str:
     """The format's ``generate`` hook: a meta-dataset from ``arbiter generate``'s options (None
     where not given: ``GeneratorSettings``' defaults); the line saying what was written."""
-    from arbiter.server.cli.progress import plural  # not at load: the cli package loads formats
 
     given = [name for name, value in options.items() if value is not None and value is not False]
     foreign = sorted(name for name in given if name not in GENERATE_OPTIONS)

@@ -1,0 +1,50 @@
+"""scripts/bench_redis_capacity.py in its quick mode: its output's structure and the arithmetic
+that ties its figures together (not Redis's speed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import paths
+import pytest
+
+BENCH = paths.REPO / "scripts" / "bench_redis_capacity.py"
+
+
+def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
+    out = tmp_path / "capacity.json"
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "--quick", "--json", str(out)],
+        cwd=tmp_path, capture_output=True, text=True, timeout=110, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )  # fmt: skip
+    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    report = json.loads(out.read_text(encoding="utf-8"))
+    assert report["problems"] == []
+    levels = report["levels"]
+    assert [level["evaluations"] for level in levels] == [2, 4]
+    for level in levels:
+        assert level["states"] == ["SUCCESS"] and level["agents_covering_window"] == level["evaluations"]
+        assert level["agent_steps"] > 0 and level["redis_cpu_share"] > 0
+        assert level["redis_cpu_per_step_s"] == pytest.approx(
+            level["redis_cpu_share"] * level["window_s"] / level["agent_steps"]
+        )
+        assert level["evaluations_per_core"] == pytest.approx(1 / (20 * level["redis_cpu_per_step_s"]))
+        # each step is a request and a reply through Redis: at least one command each way
+        commands = level["commands_per_step"]
+        assert sum(stat["calls"] for stat in commands.values()) >= 2
+        assert all(stat["calls"] > 0 and stat["usec"] >= 0 for stat in commands.values())
+        # an agent that thinks 50 ms before each request makes at most one more than window / 50 ms in it
+        assert 0 < level["steps_per_s_per_evaluation"] <= 20 + 1 / level["window_s"]
+    prediction = report["prediction"]
+    assert prediction["predicted_share"] == pytest.approx(levels[-1]["steps_per_s"] * levels[0]["redis_cpu_per_step_s"])
+    target = report["target"]
+    assert target["evaluations_per_redis_core"] == 1000
+    assert target["judged"] == min(level["evaluations_per_core"] for level in levels)
+    assert target["met"] == (target["judged"] >= 1000)
+    verdict = "met" if target["met"] else "NOT met"
+    assert f"target evaluations one Redis core carries at 20 steps/s ≥ 1,000 evaluations: {verdict}" in done.stdout
+    assert f"Redis's work per agent step at {levels[-1]['evaluations']} at once:" in done.stdout
+    assert "checks: every agent stepped through the window; every evaluation ended SUCCESS" in done.stdout
