@@ -40,10 +40,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from figures import Threshold
 from harness import (
     BenchError,
     BenchSession,
-    Threshold,
     emit,
     machine_info,
     machine_line,
