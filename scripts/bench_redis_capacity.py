@@ -24,7 +24,16 @@ agents, are the agent steps. From them:
 
 Checked: every agent stepped through the whole window, and every evaluation ended in SUCCESS.
 
-    python scripts/bench_redis_capacity.py [--evaluations 10,20,40] [--think S] [--window S]
+A farm's Redis serves far more evaluations than this machine can run, and Redis's work per step
+may fall as its load rises (it reads more packets per wake-up). ``--model`` puts the load of 250,
+500 and 1,000 evaluations on the same Redis with redis_traffic_model.py: the evaluator's and the
+client's packets of each step, byte for byte, sent by a few processes (checked: the modelled
+agents kept their pace). The model is trusted only where it costs Redis what the real
+evaluations cost at the count both ran (its first count): then the target is judged at its
+largest count, otherwise on the real evaluations.
+
+    python scripts/bench_redis_capacity.py [--evaluations 10,20,40] [--model 40,250,500,1000]
+                                           [--unix] [--pin] [--think S] [--window S]
                                            [--quick] [--json FILE] [--keep]
 
 Exit status: 0 checks pass, 1 a check failed, 2 the benchmark could not run.
@@ -42,7 +51,6 @@ from typing import Any
 
 from figures import Threshold
 from harness import (
-    BenchError,
     BenchSession,
     emit,
     machine_info,
@@ -52,16 +60,26 @@ from harness import (
     serve_argv,
     write_json,
 )
+from redis_load import (
+    CALIBRATION_BAND,
+    PACE_STEPS_PER_S,
+    cpu_share,
+    model_checks,
+    model_level,
+    pin_redis_to_own_core,
+    print_models,
+    wait_ready,
+    worker_model,
+)
 
 SCRIPT = Path(__file__).resolve()
 PRESET = "two-phase-cartpole"
 SEED = 1001  # the preset's competition seed
-PACE_STEPS_PER_S = 20  # an agent that thinks 50 ms a step
 TARGET = Threshold(name="evaluations_per_redis_core", what="evaluations one Redis core carries at 20 steps/s",
                    unit="evaluations", bound=1000, at_least=True)  # fmt: skip
 # The shortest training run the preset accepts with a window of 1 (two episodes at its goal, 475).
 MIN_RUN_STEPS = 950
-QUICK = {"evaluations": "2,4", "window": 1.5, "settle": 0.3, "idle": 0.5}
+QUICK = {"evaluations": "2,4", "model": "4,40", "window": 1.5, "settle": 0.3, "idle": 0.5}
 
 
 def steps_needed(args: argparse.Namespace) -> int:
@@ -122,43 +140,6 @@ def worker_agent(args: argparse.Namespace) -> int:
         env.close()
     emit({"answered": answered})
     return 0
-
-
-def redis_cpu_s(conn: Any) -> float:
-    info = conn.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
-
-
-def command_stats(conn: Any) -> dict[str, tuple[int, int]]:
-    """Each command's calls and the microseconds Redis spent executing it, so far."""
-    return {name.removeprefix("cmdstat_"): (stat["calls"], stat["usec"])
-            for name, stat in conn.info("commandstats").items()}  # fmt: skip
-
-
-def cpu_share(conn: Any, seconds: float) -> dict[str, Any]:
-    """Redis's CPU share over ``seconds`` from now, the window's start and end (Unix times), and
-    the calls and execution time of each command in it."""
-    commands_before, cpu_before, started = command_stats(conn), redis_cpu_s(conn), time.time()
-    time.sleep(seconds)
-    cpu_after, ended, commands_after = redis_cpu_s(conn), time.time(), command_stats(conn)
-    commands = {}
-    for name, (calls, usec) in commands_after.items():
-        calls_before, usec_before = commands_before.get(name, (0, 0))
-        if calls > calls_before:
-            commands[name] = {"calls": calls - calls_before, "usec": usec - usec_before}
-    return {"share": (cpu_after - cpu_before) / (ended - started), "start": started, "end": ended,
-            "commands": commands}  # fmt: skip
-
-
-def wait_ready(session: BenchSession, agents: list[Any], ready: list[Path], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not all(path.exists() for path in ready):
-        for agent in agents:
-            if agent.popen.poll() is not None:
-                raise BenchError(f"{agent.name} exited with status {agent.popen.returncode}:\n{agent.tail()}")
-        if time.monotonic() > deadline:
-            raise BenchError(f"{sum(not p.exists() for p in ready)} agent(s) not ready after {timeout_s:g} s")
-        time.sleep(0.05)
 
 
 def one_level(session: BenchSession, redis_url: str, count: int, args: argparse.Namespace) -> dict[str, Any]:
@@ -246,20 +227,25 @@ def print_report(levels: list[dict[str, Any]], prediction: dict[str, Any], headi
           "writing replies, its event loop); by command, calls and µs per step:")  # fmt: skip
     print("  " + ", ".join(f"{name} {stat['calls']:.2f} / {stat['usec']:.1f}"
                            for name, stat in largest["commands_per_step"].items()))  # fmt: skip
-    print(TARGET.line([level["evaluations_per_core"] for level in levels],
-                      [f"{level['evaluations']} at once" for level in levels]))  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
     counts = [int(part) for part in args.evaluations.split(",")]
+    model_counts = [int(part) for part in args.model.split(",")] if args.model else []
     machine = machine_info("redis", "gymnasium")
     with BenchSession("arbiter-bench-redis-capacity-", script=SCRIPT, keep=args.keep) as session:
-        redis_url = session.start_redis(tcp=True)
+        redis_url = session.start_redis(tcp=not args.unix)
+        pinned = pin_redis_to_own_core(session.redis.pid) if args.pin else None
         levels = []
         for count in counts:
             levels.append(one_level(session, redis_url, count, args))
             print(f"bench: {count} at once: Redis {100 * levels[-1]['redis_cpu_share']:.2f} % of a core for "
                   f"{levels[-1]['steps_per_s']:.0f} steps/s", flush=True)  # fmt: skip
+        models = []
+        for count in model_counts:
+            models.append(model_level(session, redis_url, count, args))
+            print(f"bench: {count} modelled: Redis {100 * models[-1]['redis_cpu_share']:.2f} % of a core for "
+                  f"{models[-1]['steps_per_s']:.0f} steps/s", flush=True)  # fmt: skip
     if session.failed():
         return 2
     smallest, largest = levels[0], levels[-1]
@@ -270,15 +256,36 @@ def run(args: argparse.Namespace) -> int:
         "measured_share": largest["redis_cpu_share"],
         "predicted_share": largest["steps_per_s"] * smallest["redis_cpu_per_step_s"],
     }
-    problems = checks(levels)
+    real_by_count = {level["evaluations"]: level for level in levels}
+    calibration = next(({"evaluations": m["evaluations"], "model_s": m["redis_cpu_per_step_s"],
+                         "real_s": real_by_count[m["evaluations"]]["redis_cpu_per_step_s"],
+                         "ratio": m["redis_cpu_per_step_s"] / real_by_count[m["evaluations"]]["redis_cpu_per_step_s"]}
+                        for m in models if m["evaluations"] in real_by_count), None)  # fmt: skip
+    problems = checks(levels) + model_checks(models, args.think)
     heading = (f"one redis-server, N evaluations at once (arbiter serve + RemoteEnv agent thinking "
-               f"{1000 * args.think:g} ms a step, CartPole), {session.transport}, window {args.window:g} s; "
+               f"{1000 * args.think:g} ms a step, CartPole), {session.transport}, window {args.window:g} s, "
+               f"{pinned or 'Redis sharing the CPUs with the evaluations'}; "
                f"{machine_line(machine)}")  # fmt: skip
     print_report(levels, prediction, heading)
-    print("checks: " + ("every agent stepped through the window; every evaluation ended SUCCESS" if not problems
-                        else "; ".join(problems)))  # fmt: skip
-    values = [level["evaluations_per_core"] for level in levels]
+    if models:
+        print_models(models, calibration)
+    # What one core carries is read where Redis is loaded as a farm loads it, at the most modelled
+    # evaluations, when the model costs Redis what the real evaluations do at the count both ran;
+    # otherwise from the real evaluations alone.
+    model_trusted = bool(models) and calibration is not None and (
+        CALIBRATION_BAND[0] <= calibration["ratio"] <= CALIBRATION_BAND[1])
+    judged = [models[-1]] if model_trusted else levels
+    values = [level["evaluations_per_core"] for level in judged]
+    print(TARGET.line(values, [f"{level['evaluations']} {'modelled' if model_trusted else 'at once'}"
+                               for level in judged]))  # fmt: skip
+    if models and not model_trusted:
+        print(f"the target is judged on the real evaluations: the model's cost per step is not within "
+              f"{CALIBRATION_BAND[0]:g}-{CALIBRATION_BAND[1]:g} × theirs at the count both ran")
+    print("checks: " + ("every agent stepped through the window; every evaluation ended SUCCESS"
+                        + ("; the modelled agents kept the pace" if models else "")
+                        if not problems else "; ".join(problems)))  # fmt: skip
     write_json(args.json, {"machine": machine, "think_s": args.think, "levels": levels, "prediction": prediction,
+                           "models": models, "calibration": calibration, "model_trusted": model_trusted,
                            "target": TARGET.report(values), "problems": problems})  # fmt: skip
     return 1 if problems else 0
 
@@ -292,17 +299,26 @@ def main() -> int:
     parser.add_argument("--settle", type=float, default=1.0, help="seconds after the go before measuring (default 1)")
     parser.add_argument("--idle", type=float, default=2.0, help="seconds Redis is measured with agents waiting")
     parser.add_argument("--timeout", type=float, default=300.0, help="per level and per reply, s (default 300)")
+    parser.add_argument("--model", default="40,250,500,1000", help="modelled evaluations at once, comma-separated, "
+                        "smallest first; the first also among --evaluations, to compare (default 40,250,500,1000; "
+                        "empty: none)")  # fmt: skip
+    parser.add_argument("--model-processes", type=int, default=2, help="processes sending the modelled traffic")
+    parser.add_argument("--unix", action="store_true", help="meet over Redis's unix socket, as a worker's private "
+                        "Redis and its containers do (default: loopback TCP)")  # fmt: skip
+    parser.add_argument("--pin", action="store_true", help="Redis alone on the first CPU, the evaluations on the "
+                        "others (default: all share every CPU)")  # fmt: skip
     parser.add_argument("--quick", action="store_true", help="2 and 4 at once, short windows")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
-    parser.add_argument("--worker", choices=["agent"], help=argparse.SUPPRESS)
-    for hidden in ("--redis-url", "--service-id", "--ready", "--go"):
+    parser.add_argument("--worker", choices=["agent", "model"], help=argparse.SUPPRESS)
+    for hidden in ("--redis-url", "--service-id", "--ready", "--go", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--until", type=float, help=argparse.SUPPRESS)
     parser.add_argument("--reply-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker_agent(args)
+        return worker_model(args) if args.worker == "model" else worker_agent(args)
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)

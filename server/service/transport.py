@@ -14,10 +14,8 @@ evaluator's user may run scripts, the participant's may not: see acl.py) and han
 ``TAKE_BYTES`` at once, cutting a request over the request size limit to one byte more than the
 limit: enough to refuse it as too large, and no more.
 
-A stop must end the evaluation at once whatever Redis does (an orchestrator's SIGTERM is followed
-by SIGKILL), so no wait here outlives one: a stop from a signal handler ends the Redis call or
-the outage its thread is in at once (``interrupt_wait``); one from another thread is seen within
-``MAX_BLOCK_S`` by a pop and within ``STOP_CHECK_S`` between reconnection attempts.
+Every call rides out Redis's outages and its refusals of writes for want of memory
+(redis_calls.py); a stop requested by another thread is seen within ``MAX_BLOCK_S`` by a pop.
 """
 
 from __future__ import annotations
@@ -33,8 +31,14 @@ from typing import Any
 import redis
 
 from arbiter.protocol import codec, keys
-from arbiter.protocol.errors import ArbiterError, ConfigError
-from arbiter.protocol.redis_conn import Packets, bounded_take, connect, redacted
+from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import Packets, bounded_take, connect
+from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailable, StopRequested: the service's
+    DEFAULT_OUTAGE_LIMIT_S,
+    OutageRidingCalls,
+    RedisUnavailable,
+    StopRequested,
+)
 
 log = logging.getLogger(__name__)
 
@@ -57,128 +61,51 @@ POP_BATCH = 64
 # requests' bytes add up to at most this, so the first request always fits (cut if over the limit).
 REQUEST_LIMIT = codec.COMMAND_LIMITS.max_bytes
 TAKE_BYTES = REQUEST_LIMIT + 1
-REPLY_TTL_S = 600  # a reply nobody collects (a dead client) expires instead of piling up
+# A blocking wait that returns this much before its timeout with nothing to take was cut short.
+EARLY_WAKE_S = 0.005
+OOM_PROBE_SUFFIX = ":write-probe"  # a key nobody creates: LPUSHX onto it changes nothing
+REPLY_TTL_S = 600
+# An agent whose next request comes within this of its reply gets its replies written at once.
+EAGER_REPLIES_WITHIN_S = 0.002
 
 
-DEFAULT_OUTAGE_LIMIT_S = 60.0
-OUTAGE_FIRST_PAUSE_S = 0.05  # between reconnection attempts: doubling from this ...
-OUTAGE_MAX_PAUSE_S = 1.0  # ... up to this
-STOP_CHECK_S = 0.05  # how often a pause between reconnection attempts looks for a stop request
-
-
-class RedisUnavailable(ArbiterError):
-    """Redis stayed unreachable longer than the evaluator's outage limit."""
-
-    code = "REDIS_UNAVAILABLE"
-
-
-class StopRequested(BaseException):
-    """A stop ended a wait for Redis: the evaluation ends as INTERRUPTED, at once.
-
-    A BaseException, like KeyboardInterrupt, because it may be raised by a signal handler in the
-    middle of any Redis call: it must pass every ``except Exception`` on its way to the service
-    loop. A Redis connection it cut off is disconnected by redis-py and never used again."""
-
-
-class RedisTransport:
+class RedisTransport(OutageRidingCalls):
     """Every Redis call of the evaluator goes through ``_call``, which rides out an outage (a
     Redis restart) with backoff for up to ``outage_limit_s``. ``outages`` and ``downtime_s``
     tell the service what happened, so the downtime is never charged to the participant."""
 
-    def __init__(self, redis_url: str, service_id: str, outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S):
-        self.redis = connect(redis_url, socket_timeout_s=MAX_BLOCK_S + HUNG_AFTER_S)
+    def __init__(
+        self,
+        redis_url: str,
+        service_id: str,
+        outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S,
+        eager_within_s: float = EAGER_REPLIES_WITHIN_S,
+    ):
+        super().__init__(connect(redis_url, socket_timeout_s=MAX_BLOCK_S + HUNG_AFTER_S), redis_url, outage_limit_s)
         self.packets = Packets(self.redis)  # the waits for commands and the replies that ride with them
-        self.redis_url = redis_url
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
         self.errors_key = keys.errors_key(service_id)
-        self.outage_limit_s = outage_limit_s
-        self.outages = 0  # Redis outages survived so far (see service._lost_in_outage)
-        self.downtime_s = 0.0
         self.refused_replies = 0  # replies Redis refused because the agent made their list a non-list
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
-        # Replies are written as soon as they are given (``reply``) and confirmed by Redis's
-        # acknowledgements, which are read with the next packet's replies: answering a request
-        # costs no round trip of its own. Until confirmed, a reply is kept: a packet that fails
-        # sends every unconfirmed reply again (a reply list may then hold a duplicate, which its
-        # client never reads and which expires).
+        # Replies go out in the evaluator's next packet (``reply``) and are confirmed by Redis's
+        # acknowledgements, which are read with that packet's replies: answering a request costs
+        # no round trip of its own. Until confirmed, a reply is kept: a packet that fails sends
+        # every unconfirmed reply again (a reply list may then hold a duplicate, which its client
+        # never reads and which expires).
         self._replies: list[tuple[str, bytes]] = []  # not written yet, or written on a lost connection
         self._unconfirmed: list[tuple[str, bytes]] = []  # written, acknowledgement not read yet
+        # A reply goes out at once while the agent answers within ``eager_within_s``: a fast agent
+        # then gets it while the evaluator finishes its turn. A slower agent's reply rides the
+        # evaluator's next packet: the microseconds it waits are nothing next to its think time,
+        # and Redis reads one packet a step instead of two (what bounds how many evaluations
+        # one Redis carries).
+        self.eager_within_s = eager_within_s
+        self._eager = True
+        self._replied_at = 0.0
         # Whether Redis has the bounded take's script cached: EVALSHA then spares sending its text.
         # A Redis that lost its cache (a restart, SCRIPT FLUSH) answers NOSCRIPT: the text goes again.
         self._script_cached = False
-        # Plain attributes, not a threading.Event: a signal handler sets and reads them, and one
-        # that took a lock the interrupted code held would deadlock.
-        self.stop_requested = False
-        self._waiting_thread: int | None = None  # the thread inside a Redis call or an outage
-
-    def request_stop(self) -> None:
-        """Give up waiting for Redis: a pop returns, an outage is no longer ridden out."""
-        self.stop_requested = True
-
-    def interrupt_wait(self) -> None:
-        """For a signal handler: if its thread is inside a Redis call or riding out an outage
-        (a hung Redis answers nothing for ``socket_timeout``), end that wait now by raising
-        StopRequested there. At most once: the handler of a second signal raises nothing."""
-        if self._waiting_thread is not None and self._waiting_thread == threading.get_ident():
-            self._waiting_thread = None
-            raise StopRequested
-
-    def _call(self, command: Callable[[], Any], blocks_s: float = 0.0) -> Any:
-        """``command()``, riding out outages. ``blocks_s``: how long it may wait by design (a
-        blocking pop); a failed call's time past that was Redis's, not the participant's."""
-        self._waiting_thread = threading.get_ident()  # what interrupt_wait looks for
-        try:
-            while True:
-                sent = time.monotonic()
-                try:
-                    return command()
-                except (redis.ConnectionError, redis.TimeoutError) as exc:
-                    # A hung Redis answers nothing until the socket times out: that wait was
-                    # already part of the outage.
-                    self._ride_out_outage(exc, down_before_s=max(0.0, time.monotonic() - sent - blocks_s))
-        finally:
-            self._waiting_thread = None
-
-    def _ride_out_outage(self, exc: Exception, down_before_s: float = 0.0) -> None:
-        """Reconnect with backoff until Redis answers, the outage limit passes (RedisUnavailable)
-        or a stop is requested (StopRequested). What the outage lasted (``down_before_s``, the
-        failed call's wait for a hung Redis, included) is in ``downtime_s`` either way, so it is
-        never charged to the participant."""
-        started = time.monotonic() - down_before_s
-        self.outages += 1
-        log.warning("Redis unreachable (%s); retrying for up to %g s", exc, self.outage_limit_s)
-        pause_s = OUTAGE_FIRST_PAUSE_S
-        try:
-            while True:
-                if time.monotonic() - started > self.outage_limit_s:
-                    raise RedisUnavailable(
-                        f"Redis at {redacted(self.redis_url)} unreachable for more than {self.outage_limit_s:g} s: "
-                        f"{exc}"
-                    ) from exc
-                self._pause(pause_s)
-                pause_s = min(pause_s * 2, OUTAGE_MAX_PAUSE_S)
-                try:
-                    self.redis.ping()
-                    break
-                except (redis.ConnectionError, redis.TimeoutError):
-                    continue
-        finally:
-            down_s = time.monotonic() - started
-            self.downtime_s += down_s
-        log.warning("Redis is back after %.2f s", down_s)
-
-    def _pause(self, pause_s: float) -> None:
-        """Sleep between reconnection attempts, in short slices so that a stop requested by
-        another thread ends it promptly (a signal handler's stop ends it at once)."""
-        wake_at = time.monotonic() + pause_s
-        while True:
-            if self.stop_requested:
-                raise StopRequested
-            left_s = wake_at - time.monotonic()
-            if left_s <= 0:
-                return
-            time.sleep(min(left_s, STOP_CHECK_S))
 
     def clear(self) -> None:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
@@ -203,8 +130,7 @@ class RedisTransport:
         While ``idle_pending()`` says there is work, nothing is queued and the deadline is far,
         ``idle_work()`` runs first."""
         if self._batch:
-            if self._replies:  # one whose write failed must not wait for a batch to be worked through
-                self.flush()
+            self._send_replies()  # the agent waits for them while the batch is worked through
             return self._batch.popleft()
         outages = self.outages
         while not (self.stop_requested or should_stop()):
@@ -217,6 +143,7 @@ class RedisTransport:
             else:
                 taken = self._call(self._take_nowait)
             if taken:
+                self._eager = time.monotonic() - self._replied_at < self.eager_within_s
                 self._batch.extend(taken)
                 return self._batch.popleft()
             if self.outages != outages:
@@ -240,6 +167,7 @@ class RedisTransport:
         client's next command only once the block ends, so the script sent in the same packet
         takes the commands that were queued when the wait returned."""
         key = self.commands_key
+        waited_from = time.monotonic()
         ok, taken = self._run_after_replies(
             [
                 ("CLIENT", "REPLY", "OFF"),
@@ -258,7 +186,19 @@ class RedisTransport:
                 f"Redis refused CLIENT REPLY ({ok}): the evaluator's Redis user must be allowed CLIENT REPLY, "
                 "BLMOVE, EVAL and EVALSHA"
             )
-        return self._taken(taken, POP_BATCH)
+        commands = self._taken(taken, POP_BATCH)
+        if not commands and time.monotonic() - waited_from < block_s - EARLY_WAKE_S:
+            self._raise_if_refusing_writes()
+        return commands
+
+    def _raise_if_refusing_writes(self) -> None:
+        """A wait that returned early with nothing to take may have been refused: Redis refuses
+        BLMOVE once it holds ``maxmemory``, and the refusal of a command whose reply is switched
+        off is not sent. A write that changes nothing (LPUSHX onto a key that never exists)
+        asks Redis whether it takes writes; a refusal is raised (``_call`` rides it out)."""
+        (answer,) = self.packets.run([("LPUSHX", self.commands_key + OOM_PROBE_SUFFIX, b"")], errors_in_place=True)
+        if isinstance(answer, redis.ResponseError):
+            raise answer
 
     def _take_nowait(self, most: int = POP_BATCH) -> list[bytes]:
         (taken,) = self._run_after_replies([self._take_command(most)], own_errors_in_place=True)
@@ -328,20 +268,31 @@ class RedisTransport:
         return int(self._call(lambda: self.redis.llen(self.commands_key))) + len(self._batch)
 
     def pop_nowait(self) -> bytes | None:
-        if self._replies:
-            self.flush()
         if self._batch:
+            self._send_replies()
             return self._batch.popleft()
         taken = self._call(functools.partial(self._take_nowait, 1))
         return taken[0] if taken else None
 
     def reply(self, channel: str, message: bytes) -> None:
-        """Answer a request: written at once, so that Redis passes it on to the waiting agent
-        while the evaluator finishes its turn; Redis's acknowledgement is read with the next
-        Redis call's replies. A write that fails leaves the reply to go out ahead of the next
-        Redis call, in its packet (which rides out the outage); a hung Redis's time spent on
-        the write is downtime, and a stop ends the write at once (``interrupt_wait``)."""
+        """Answer a request: written at once to an agent that answers fast (``eager_within_s``),
+        otherwise in the evaluator's next packet to Redis, the one that waits for the next
+        request. Work that may take longer than a turn's bookkeeping (preparing the next
+        episode while the agent thinks, working through a batch of queued requests) sends the
+        replies first. Redis's acknowledgements are read with a later packet's replies; a reply
+        is kept until then, to be sent again after a failure."""
         self._replies.append((channel, message))
+        self._replied_at = time.monotonic()
+        if self._eager:
+            self._send_replies()
+
+    def _send_replies(self) -> None:
+        """Write the replies not written yet, now, without waiting for Redis's answer. A write that
+        fails leaves them to go out ahead of the next Redis call, in its packet (which rides out
+        the outage); a hung Redis's time spent on the write is downtime, and a stop ends the
+        write at once (``interrupt_wait``)."""
+        if not self._replies:
+            return
         self._waiting_thread = threading.get_ident()
         started = time.monotonic()
         try:

@@ -40,9 +40,24 @@ def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
         assert 0 < level["steps_per_s_per_evaluation"] <= 20 + 1 / level["window_s"]
     prediction = report["prediction"]
     assert prediction["predicted_share"] == pytest.approx(levels[-1]["steps_per_s"] * levels[0]["redis_cpu_per_step_s"])
+    models = report["models"]
+    assert [model["evaluations"] for model in models] == [4, 40]
+    real_calls = {name: stat["calls"] for name, stat in levels[-1]["commands_per_step"].items()}
+    for model in models:
+        per_step = model["redis_cpu_share"] * model["window_s"] / model["agent_steps"]
+        assert model["redis_cpu_per_step_s"] == pytest.approx(per_step)
+        # the model sends what the real evaluator and client send, command for command, each step
+        model_calls = {name: stat["calls"] for name, stat in model["commands_per_step"].items()}
+        for name in ("evalsha", "blmove", "blpop", "lpush", "rpush", "expire", "client", "rpop"):
+            assert model_calls[name] == pytest.approx(real_calls[name], abs=0.1), name
+    calibration = report["calibration"]
+    assert calibration["evaluations"] == 4
+    assert calibration["ratio"] == pytest.approx(models[0]["redis_cpu_per_step_s"] / levels[-1]["redis_cpu_per_step_s"])
     target = report["target"]
     assert target["evaluations_per_redis_core"] == 1000
-    assert target["judged"] == min(level["evaluations_per_core"] for level in levels)
+    judged = [models[-1]] if report["model_trusted"] else levels
+    assert report["model_trusted"] == (0.67 <= calibration["ratio"] <= 1.5)
+    assert target["judged"] == min(level["evaluations_per_core"] for level in judged)
     assert target["met"] == (target["judged"] >= 1000)
     verdict = "met" if target["met"] else "NOT met"
     assert f"target evaluations one Redis core carries at 20 steps/s ≥ 1,000 evaluations: {verdict}" in done.stdout

@@ -75,17 +75,57 @@ def test_nothing_queued_returns_none_after_the_deadline_and_takes_nothing_later(
     assert transport.pop(time.monotonic() + 5.0) == b"after"
 
 
-def test_a_reply_is_in_redis_as_soon_as_it_is_given_and_its_acknowledgement_rides_the_next_packet(
-    transport, redis_conn, service_id
-):
-    channel = keys.response_key(service_id, "a" * 32)
-    transport.reply(channel, b"answer")
+def test_a_fast_agents_reply_is_in_redis_as_soon_as_it_is_given(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "e" * 32)
+    transport.reply(channel, b"answer")  # a new transport's agent counts as fast until it shows otherwise
     # No other call of the transport yet: the reply was written at once, and Redis stored it.
     assert redis_conn.blpop([channel], timeout=5) == (channel.encode(), b"answer")
     assert transport.packets.unread == 2  # RPUSH and EXPIRE, read with the next packet's replies
     redis_conn.lpush(keys.commands_key(service_id), b"next")
     assert transport.pop(time.monotonic() + 5.0) == b"next"
     assert transport.packets.unread == 0
+
+
+def test_a_slow_agents_reply_rides_the_packet_that_waits_for_the_next_request(redis_url, redis_conn, service_id):
+    transport = RedisTransport(redis_url, service_id, eager_within_s=0.0)  # every agent is slower than that
+    redis_conn.lpush(keys.commands_key(service_id), b"first")
+    assert transport.pop(time.monotonic() + 5.0) == b"first"
+    channel = keys.response_key(service_id, "a" * 32)
+    transport.reply(channel, b"answer")
+    assert transport.packets.unread == 0 and redis_conn.llen(channel) == 0  # not written yet
+    popped: list[bytes | None] = []
+    waiter = threading.Thread(target=lambda: popped.append(transport.pop(time.monotonic() + 5.0)))
+    waiter.start()
+    # The evaluator now blocks waiting for the next request; its packet carried the reply.
+    assert redis_conn.blpop([channel], timeout=5) == (channel.encode(), b"answer")
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    waiter.join(timeout=5)
+    try:
+        assert popped == [b"next"]
+        assert transport.packets.unread == 0 and not transport._replies
+    finally:
+        transport.close()
+
+
+def test_a_reply_is_in_redis_before_the_idle_work_starts(redis_url, redis_conn, service_id):
+    transport = RedisTransport(redis_url, service_id, eager_within_s=0.0)
+    redis_conn.lpush(keys.commands_key(service_id), b"first")
+    assert transport.pop(time.monotonic() + 5.0) == b"first"
+    channel = keys.response_key(service_id, "d" * 32)
+    transport.reply(channel, b"answer")
+    seen_during_idle_work: list[list[bytes]] = []
+    pending = [True]
+
+    def idle_work() -> None:
+        seen_during_idle_work.append(redis_conn.lrange(channel, 0, -1))
+        pending[0] = False
+        redis_conn.lpush(keys.commands_key(service_id), b"next")
+
+    try:
+        assert transport.pop(time.monotonic() + 10.0, idle_pending=lambda: pending[0], idle_work=idle_work) == b"next"
+        assert seen_during_idle_work == [[b"answer"]]
+    finally:
+        transport.close()
 
 
 def test_a_reply_whose_write_fails_goes_out_with_the_next_packet(transport, redis_conn, service_id):
