@@ -16,6 +16,8 @@ for name, folder in parts.items():
 # The DIAMBRA format. opencv-python 4.12 and later require numpy 2, which flatland-rl's numpy<2 pin
 # forbids; 4.11 is the newest built for numpy 1.x. The format's game table mirrors diambra-arena
 # 2.2.7's data, so that version is pinned too.
+# Workers with --backend kubernetes create each evaluation's Job through the official client.
+KUBERNETES = ["kubernetes>=30"]
 DIAMBRA = ["diambra-arena==2.2.7", "opencv-python>=4.4.0.42,<4.12", "numpy<2"]
 
 setup(
@@ -55,8 +57,12 @@ setup(
             "pillow",  # tests check the report's screenshot
             # The DIAMBRA format's tests run the real env on its engine mock (the "diambra" extra).
             *DIAMBRA,
+            *KUBERNETES,
+            # the Kubernetes objects the kubernetes backend creates, checked against the API's schema
+            "kubernetes-validate>=1.30",
         ],
         "diambra": DIAMBRA,
+        "kubernetes": KUBERNETES,
     },
     entry_points={"console_scripts": ["arbiter = arbiter.server.cli:main"]},
 )

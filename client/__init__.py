@@ -3,10 +3,13 @@
 from arbiter.client import RemoteClient, RemoteEnv, TimeoutException
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from arbiter.client.remote_client import RemoteClient
 from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, ServerUnavailable, TimeoutException, WrongFormat
+
+if TYPE_CHECKING:
+    from arbiter.client.remote_client import RemoteClient
+    from arbiter.client.remote_env import RemoteEnv
 
 __all__ = [
     "ArbiterError",
@@ -20,7 +23,12 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # RemoteEnv imports gymnasium: loaded on first use, so a Flatland agent's start stays fast.
+    # Each loaded on first use: RemoteEnv imports gymnasium, RemoteClient flatland's env, and
+    # a module of this package run alone (the socket bridge) needs neither.
+    if name == "RemoteClient":
+        from arbiter.client.remote_client import RemoteClient
+
+        return RemoteClient
     if name == "RemoteEnv":
         from arbiter.client.remote_env import RemoteEnv
 

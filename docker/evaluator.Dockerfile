@@ -16,13 +16,20 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN groupadd --gid 10001 arbiter \
  && useradd --uid 10001 --gid 10001 --create-home --shell /usr/sbin/nologin arbiter
 
+# opencv-python (in the diambra extra) loads libGL and GLib when it is imported.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends libgl1 libglib2.0-0 \
+ && rm -rf /var/lib/apt/lists/*
+
 # Only what setup.py needs (it reads README.md); the source is removed after a regular install.
+# The extras: diambra (the DIAMBRA format's env) and kubernetes (the same image runs
+# `arbiter worker --backend kubernetes` in the cluster).
 WORKDIR /opt/arbiter
 COPY setup.py pyproject.toml README.md ./
 COPY protocol/ protocol/
 COPY client/ client/
 COPY server/ server/
-RUN pip install --no-cache-dir . \
+RUN pip install --no-cache-dir ".[diambra,kubernetes]" \
  && cd / && rm -rf /opt/arbiter
 
 # /results exists and belongs to the evaluator's user, so a fresh named volume inherits it.

@@ -105,19 +105,22 @@ def phases(results: Path, began: float, ended: float) -> dict[str, float]:
 
 
 def farm_batch(session: BenchSession, redis_url: str, competition: Path, workers: int, count: int, label: str,
-               args: Any) -> dict[str, Any]:  # fmt: skip
-    """Queue ``count`` debug submissions, let ``workers`` burst workers evaluate them all; the figures."""
+               args: Any, backend: tuple[str, ...] = (), env: dict[str, str] | None = None,
+               image: str | None = None) -> dict[str, Any]:  # fmt: skip
+    """Queue ``count`` debug submissions, let ``workers`` burst workers evaluate them all; the
+    figures. ``backend``: the workers' backend options (none: the local backend); ``env``: their
+    environment's additions; ``image``: the submissions' image."""
     from arbiter.server.hosting.farm import submit
     from arbiter.server.hosting.submissions import SubmissionStore
 
     submitted = [
         submit(session.conn, competition=str(competition), participant=f"p{index % 4}", debug=True,
-               agent=agent_command(args.step_delay)).id
+               agent=agent_command(args.step_delay), image=image).id
         for index in range(count)
     ]  # fmt: skip
     argv = [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", redis_url,
-            "--results-root", str(session.workdir / f"farm-{label}"), "--burst"]  # fmt: skip
-    procs = [session.procs.start(f"worker-{label}-{index}", argv) for index in range(workers)]
+            "--results-root", str(session.workdir / f"farm-{label}"), "--burst", *backend]  # fmt: skip
+    procs = [session.procs.start(f"worker-{label}-{index}", argv, env=env) for index in range(workers)]
     session.procs.wait(procs, timeout_s=args.timeout)
     records = [SubmissionStore(session.conn).get(one) for one in submitted]
     ended = [r for r in records if r.started_at and r.finished_at and r.results]

@@ -15,6 +15,7 @@ import sys
 import redis
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.cli.kube_options import add_kubernetes_options, given_kubernetes_options, kubernetes_options
 
 QUOTA_EXCEEDED_EXIT = 3
 
@@ -40,6 +41,11 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a competition key, as arbiter run"
     )
     submit.add_argument("--workdir", metavar="DIR", help="the agent's working folder (default: the worker's)")
+    submit.add_argument(
+        "--image",
+        metavar="IMAGE",
+        help="the agent's container image, for container workers (default: the competition's [hosting] image)",
+    )
     submit.add_argument("--quiet", action="store_true", help="print the submission id alone")
     submit.add_argument("agent", nargs=argparse.REMAINDER, help="the agent command, after --")
 
@@ -51,6 +57,20 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
     worker.add_argument(
         "--backend", default="local", choices=sorted(BACKENDS), help="where agents run (default: local)"
     )
+    worker.add_argument(
+        "--container-runtime",
+        metavar="NAME",
+        help="podman and docker backends: the OCI runtime containers run with (e.g. runc)",
+    )
+    worker.add_argument(
+        "--container-option",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="podman and docker backends: one more argument for the engine's run, e.g. "
+        "--container-option=--tmpfs=/cache (repeat it)",
+    )
+    add_kubernetes_options(worker)
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
     worker.add_argument("--log-level", default="WARNING", metavar="LEVEL", help="Python logging level")
 
@@ -96,6 +116,7 @@ def cmd_submit(args: argparse.Namespace) -> int:
             debug=args.debug,
             sets=args.set,
             workdir=args.workdir,
+            image=args.image,
         )
     except QuotaExceeded as exc:
         print(f"arbiter: refused: {exc}", file=sys.stderr)
@@ -113,9 +134,30 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from arbiter.server.hosting.worker import run_worker
 
     run_worker(
-        _checked_redis_url(args.redis_url, "--redis-url"), args.results_root, backend=args.backend, burst=args.burst
+        _checked_redis_url(args.redis_url, "--redis-url"),
+        args.results_root,
+        backend=args.backend,
+        backend_options=_backend_options(args),
+        burst=args.burst,
     )
     return 0
+
+
+CONTAINER_BACKENDS = ("podman", "docker")
+
+
+def _backend_options(args: argparse.Namespace) -> dict:
+    """The options of the chosen backend; another backend's options are a mistake, said so."""
+    stray = given_kubernetes_options(args) if args.backend != "kubernetes" else []
+    if stray:
+        raise ConfigError(f"{stray[0]} is for --backend kubernetes, not {args.backend}")
+    if args.backend in CONTAINER_BACKENDS:
+        return {"runtime": args.container_runtime, "options": list(args.container_option)}
+    container_options = {"--container-runtime": args.container_runtime, "--container-option": args.container_option}
+    for option, given in container_options.items():
+        if given:
+            raise ConfigError(f"{option} is for --backend {' or '.join(CONTAINER_BACKENDS)}, not {args.backend}")
+    return {"options": kubernetes_options(args)} if args.backend == "kubernetes" else {}
 
 
 def cmd_submissions(args: argparse.Namespace) -> int:
@@ -126,14 +168,14 @@ def cmd_submissions(args: argparse.Namespace) -> int:
         for submission in found:
             print(json.dumps(submission.as_dict()))
         return 0
-    columns = ("id", "participant", "competition", "state", "attempts", "submitted", "ended", "score", "cause")
+    columns = ("id", "participant", "competition", "state", "attempts", "submitted", "ended", "score", "image", "cause")
     rows = [columns]
     for one in found:
         competition = one.competition_name + (" (debug)" if one.debug else "")
         score = "" if one.score is None else f"{one.score:.6g}"
         rows.append(
             (one.id, one.participant, competition, one.state, str(one.attempts), _when(one.submitted_at),
-             _when(one.finished_at), score, one.cause or "")
+             _when(one.finished_at), score, one.image or "-", one.cause or "")
         )  # fmt: skip
     widths = [max(len(row[index]) for row in rows) for index in range(len(columns) - 1)]
     for row in rows:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -37,6 +38,7 @@ from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import State
 from arbiter.server.formats import get_format
 from arbiter.server.service.build import run_to_end, start_service
+from arbiter.server.service.loop import EvaluatorService
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +48,7 @@ AGENT_TERMINATE_GRACE_S = 5.0  # then, after SIGTERM, before SIGKILL
 # for a Python agent to unwind a KeyboardInterrupt, short enough that Ctrl-C means "stop now".
 AGENT_INTERRUPT_GRACE_S = 2.0
 AGENT_POLL_S = 0.02  # how often the wait for the agent to exit looks at the clock and at signals
+STOP_CHECK_S = 0.25  # how often a caller's stop condition (``run_local``'s ``stop_check``) is asked
 
 
 @dataclass
@@ -120,9 +123,10 @@ class AgentProcess:
     ``interrupt`` is called from the signal handler, so it only sets attributes and sends
     signals: no lock, no logging, no output."""
 
-    def __init__(self, command: list[str], env: dict[str, str]):
+    def __init__(self, command: list[str], env: dict[str, str], cwd: str | None = None):
         self.command = command
         self.env = env
+        self.cwd = cwd  # the folder it starts in (None: this process's)
         self.process: subprocess.Popen | None = None
         self.interrupted_at: float | None = None  # monotonic time of the first stop signal
         self._interrupts = 0
@@ -131,7 +135,7 @@ class AgentProcess:
         # A process group in a terminal's background is stopped (SIGTTIN) if it reads from the
         # terminal: the agent reads an empty stdin instead.
         stdin = subprocess.DEVNULL if os.isatty(0) else None
-        self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0)
+        self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0, cwd=self.cwd)
         if self._interrupts:  # a stop signal came while the agent was being started
             self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
 
@@ -179,6 +183,11 @@ class AgentProcess:
             self._signal_group(signal.SIGKILL)
             self.process.wait()
 
+    def ended_how(self, status: int) -> str | None:
+        """How the agent ended, in the evaluation's words, when its exit status alone does not
+        say it (an agent in a container killed at its memory limit); None: the status says it."""
+        return None
+
 
 def run_local(
     spec: CompetitionSpec,
@@ -191,14 +200,20 @@ def run_local(
     progress: Progress,
     redis_outage_s: float = 60.0,
     resume: bool = False,
+    agent: AgentProcess | None = None,
+    stop_check: Callable[[], str | None] | None = None,
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
-    a new agent (a hosted submission whose worker was lost)."""
-    problem = agent_command_problem(agent_command)
-    if problem:
-        raise ConfigError(f"cannot start the agent: {problem}")
+    a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
+    and checked by the caller (a hosted evaluation's, with its own Redis user, in a container or
+    not); by default ``agent_command``, given ``redis_url`` in its environment. ``stop_check``:
+    asked every ``STOP_CHECK_S`` while the agent runs; a reason it returns stops the evaluation
+    (INTERRUPTED, with that reason as its cause) and the agent, as a stop signal does."""
+    if agent is None:
+        problem = agent_command_problem(agent_command)
+        if problem:
+            raise ConfigError(f"cannot start the agent: {problem}")
     embedded: EmbeddedRedis | None = None
-    agent: AgentProcess | None = None
     announcement: str | None = None
     created = _first_missing(results_dir)  # removed again if the run fails before the agent starts
     tcp_clients = get_format(spec.format).tcp_clients  # flatland-rl's own client knows only TCP
@@ -219,7 +234,8 @@ def run_local(
                     f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
                     "flatland's FlatlandRemoteClient with its default port will not reach it"
                 )
-        agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests, legacy_host))
+        if agent is None:
+            agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests, legacy_host))
         service = start_service(
             spec,
             tests=tests,
@@ -244,10 +260,11 @@ def run_local(
                 service.transport.close()
                 raise ConfigError(f"cannot start the agent {agent_command!r}: {exc}") from None
             agent_started = True
-            process = agent.process
-            threading.Thread(
-                target=lambda: service.agent_exited(process.wait()), name="agent-watcher", daemon=True
-            ).start()
+            threading.Thread(target=_watch_agent, args=(agent, service), name="agent-watcher", daemon=True).start()
+            if stop_check is not None:
+                threading.Thread(
+                    target=_watch_stop_check, args=(stop_check, service, agent), name="stop-check", daemon=True
+                ).start()
         summary = run_to_end(service, progress, results_dir)
         status = None
         if agent.process is not None:
@@ -270,6 +287,23 @@ def run_local(
             agent.kill()
         if embedded is not None:
             embedded.stop()
+
+
+def _watch_agent(agent: AgentProcess, service: EvaluatorService) -> None:
+    """Tell the evaluation when the agent exits, and how."""
+    assert agent.process is not None
+    status = agent.process.wait()
+    service.agent_exited(status, agent.ended_how(status))
+
+
+def _watch_stop_check(check: Callable[[], str | None], service: EvaluatorService, agent: AgentProcess) -> None:
+    while not service.evaluation.finished and agent.interrupted_at is None:
+        reason = check()
+        if reason:
+            service.request_stop(reason)
+            agent.interrupt(signal.SIGTERM)
+            return
+        time.sleep(STOP_CHECK_S)
 
 
 def _follow_hint(redis_url: str, service_id: str) -> str:

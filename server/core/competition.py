@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import secrets
 import tomllib
 from dataclasses import dataclass, field
@@ -35,19 +36,66 @@ DEBUG_EPISODES = 28
 DEBUG_OVERALL_S = 48 * 60.0
 
 
+_SIZE_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_SIZE_RE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(?:i?b)?\s*", re.IGNORECASE)
+
+
+def size_bytes(text: str | int, what: str) -> int:
+    """A size as the competition file writes it (``15g``, ``512MiB``, ``256mb``, a whole number
+    of bytes), in bytes; units are binary (``1g`` is 1024³ bytes), as podman and docker read them."""
+    if isinstance(text, int) and not isinstance(text, bool):
+        if text <= 0:
+            raise ConfigError(f"{what} must be more than 0 bytes, got {text}")
+        return text
+    match = _SIZE_RE.fullmatch(text) if isinstance(text, str) else None
+    if match is None:
+        raise ConfigError(f"{what} must be a size such as 15g, 512m or 1048576, got {text!r}")
+    value = float(match.group(1)) * _SIZE_UNITS[match.group(2).lower()]
+    if value < 1:
+        raise ConfigError(f"{what} must be more than 0 bytes, got {text!r}")
+    return int(value)
+
+
 @dataclass(frozen=True)
 class HostingPolicy:
     """The ``[hosting]`` table: limits of a competition hosted on a farm (``arbiter submit``).
-    A limit left out is no limit."""
+    A quota left out is no quota; the agent's resources default to the Flatland NeurIPS 2020
+    promise (4 CPUs, 15 GB), for the backends that isolate it (podman, docker, kubernetes)."""
 
     daily_submissions: int | None = None  # official submissions per participant per UTC day
     debug_daily_submissions: int | None = None  # debug submissions (--debug), counted apart
+    cpus: float = 4.0  # CPUs the agent's container may use
+    memory: str = "15g"  # memory the agent's container may use, swap included (``memory_bytes``)
+    pids: int = 4096  # processes and threads in the agent's container
+    gpus: int = 0  # GPUs granted to the agent (nvidia.com/gpu on Kubernetes)
+    image: str | None = None  # the agent's image when a submission names none (arbiter submit --image)
+    # The memory of the evaluation's own Redis: an agent that floods it fills its own, no one else's.
+    redis_memory: str = "256m"
 
     def __post_init__(self) -> None:
         for name in ("daily_submissions", "debug_daily_submissions"):
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
                 raise ConfigError(f"[hosting] {name} must be a whole number >= 0, got {value!r}")
+        if isinstance(self.cpus, bool) or not isinstance(self.cpus, (int, float)) or not self.cpus > 0:
+            raise ConfigError(f"[hosting] cpus must be a number > 0, got {self.cpus!r}")
+        object.__setattr__(self, "cpus", float(self.cpus))
+        for name, least in (("pids", 1), ("gpus", 0)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ConfigError(f"[hosting] {name} must be a whole number >= {least}, got {value!r}")
+        if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
+            raise ConfigError(f"[hosting] image must be an image name such as docker.io/me/agent:1, got {self.image!r}")
+        self.memory_bytes  # noqa: B018 - validated now, not when a worker first needs it
+        self.redis_memory_bytes  # noqa: B018
+
+    @property
+    def memory_bytes(self) -> int:
+        return size_bytes(self.memory, "[hosting] memory")
+
+    @property
+    def redis_memory_bytes(self) -> int:
+        return size_bytes(self.redis_memory, "[hosting] redis_memory")
 
 
 @dataclass(frozen=True)

@@ -122,15 +122,16 @@ class Endings:
 
     # -- endings ----------------------------------------------------------------------------
 
-    def agent_exited(self, status: int | None, now: float) -> None:
+    def agent_exited(self, status: int | None, now: float, how: str | None = None) -> None:
+        """``how``: how the agent ended, when its status does not say it (summary.py's words)."""
         evaluation = self.evaluation
         if evaluation.finished:
             return
         if evaluation.wait is Wait.SUBMIT:
             evaluated = f"all {self.items_said(evaluation.total)} evaluated"
-            self.finish(State.SUCCESS, f"{evaluated}; the agent exited without ENV_SUBMIT", now)
+            self.finish(State.SUCCESS, f"{evaluated}; {how or 'the agent exited'} without ENV_SUBMIT", now)
         else:
-            self._end_early(f"the agent process exited with status {status} before submitting", now)
+            self._end_early(f"{how or f'the agent process exited with status {status}'} before submitting", now)
 
     def fail_for_misbehaviour(self, cause: str, now: float) -> None:
         """The agent attacked the evaluation (a flood): no score; finished episodes stay written."""

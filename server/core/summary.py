@@ -52,6 +52,16 @@ def ending(
     return ABANDONED
 
 
+def killed_at_memory_limit(limit: str, *, confirmed: bool) -> str:
+    """How an agent ended that its container's memory limit killed, for the evaluation's cause
+    (its exit status alone says only "137"). ``confirmed``: the container engine says so; else the
+    agent died of a SIGKILL arbiter did not send, which inside its container only the kernel's
+    out-of-memory killer sends, unless the agent killed itself."""
+    if confirmed:
+        return f"the agent was killed at its memory limit of {limit}"
+    return f"the agent was killed by SIGKILL, most likely at its memory limit of {limit}"
+
+
 def timeout_of(ended: str) -> str | None:
     """The budget that ran out, for an item that timed out (``"step"``, ...), else None."""
     return next((kind for kind, name in TIMEOUT_ENDINGS.items() if name == ended), None)

@@ -48,8 +48,10 @@ def submit(
     debug: bool = False,
     sets: list[str] | None = None,
     workdir: str | None = None,
+    image: str | None = None,
 ) -> Submission:
-    """Queue one submission; returns its record (its id is the evaluation's)."""
+    """Queue one submission; returns its record (its id is the evaluation's). ``image``: the
+    agent's container image; whether one is needed is the worker's backend's to say."""
     if not participant.strip():
         raise ConfigError("--participant is empty: name the participant the submission is for")
     if not agent:
@@ -58,6 +60,8 @@ def submit(
         if not os.path.isdir(workdir):
             raise ConfigError(f"--workdir {workdir!r} is not a folder")
         workdir = os.path.abspath(workdir)
+    if image is not None and (not image or image.startswith("-") or any(character.isspace() for character in image)):
+        raise ConfigError(f"--image {image!r} is not an image name (such as registry.example.org/team/agent:v3)")
     if os.path.isfile(competition):
         competition = os.path.abspath(competition)  # workers read the same file
     submission = Submission(
@@ -69,6 +73,7 @@ def submit(
         debug=debug,
         sets=list(sets or []),
         workdir=workdir,
+        image=image,
     )
     spec = submission_spec(submission)  # an unknown competition or a bad --set stops here
     submission.competition_name = spec.name

@@ -69,6 +69,10 @@ def configure(settings: WorkerSettings) -> None:
     _settings = settings
 
 
+def current_settings() -> WorkerSettings | None:
+    return _settings
+
+
 def results_folder(results_root: str, submission: Submission) -> str:
     return os.path.join(results_root, submission.competition_name, submission.id)
 
@@ -160,9 +164,8 @@ def _evaluate_locked(store: SubmissionStore, submission_id: str, settings: Worke
     resume = os.path.exists(os.path.join(results_dir, "events.jsonl"))
     try:
         spec = submission_spec(started)
-        evaluated = settings.backend.evaluate(
-            spec, started, results_dir=results_dir, redis_url=settings.redis_url, resume=resume
-        )
+        # The farm's Redis stays out of the evaluation: the attempt gets a Redis of its own.
+        evaluated = settings.backend.evaluate(spec, started, results_dir=results_dir, resume=resume)
     except ConfigError as exc:
         agent = str(exc).startswith("cannot start the agent")
         return _fail(store, started, str(exc), AGENT_FAULT if agent else INFRASTRUCTURE_FAULT)
@@ -174,6 +177,8 @@ def _evaluate_locked(store: SubmissionStore, submission_id: str, settings: Worke
         return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
     _mark_summary(results_dir, started)
     _write_report(results_dir)
+    if evaluated.agent_fault is not None:  # stopped for what the agent did: never tried again
+        return _fail(store, started, evaluated.agent_fault, AGENT_FAULT)
     return _record(store, started, evaluated.summary)
 
 

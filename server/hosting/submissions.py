@@ -49,6 +49,7 @@ class Submission:
     debug: bool = False
     sets: list[str] = field(default_factory=list)  # --set KEY=VALUE overrides
     workdir: str | None = None  # the agent's working folder
+    image: str | None = None  # the agent's container image (else the competition's [hosting] image)
     state: str = QUEUED
     cause: str | None = None  # why it ended (or why it is being retried)
     fault: str | None = None  # a failed one: AGENT_FAULT or INFRASTRUCTURE_FAULT

@@ -12,13 +12,14 @@ import logging
 import os
 import signal
 import socket
+from typing import Any
 
 import redis
 from rq import Worker
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.hosting.backends import get_backend
-from arbiter.server.hosting.job import WorkerSettings, configure
+from arbiter.server.hosting.job import WorkerSettings, configure, current_settings
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue
 from arbiter.server.hosting.reaper import reap, reap_due
 
@@ -41,6 +42,23 @@ class ArbiterWorker(Worker):
             except (ProcessLookupError, PermissionError):
                 pass  # gone meanwhile
         super().kill_horse(sig)
+        self._abandon_current_job()
+
+    def _abandon_current_job(self) -> None:
+        """What the killed horse's attempt runs outside its processes (a container) goes too."""
+        settings = current_settings()
+        try:
+            submission_id = self.get_current_job_id()
+        except redis.exceptions.RedisError as exc:
+            log.warning(
+                "the killed work-horse's submission is unknown (%s): its agent is left to the next attempt", exc
+            )
+            return
+        if settings is not None and submission_id:
+            try:
+                settings.backend.abandon(submission_id)
+            except Exception:  # the horse is killed whatever: what is left goes with the next attempt
+                log.exception("what the attempt of %s runs outside its work-horse was not stopped", submission_id)
 
     def get_heartbeat_ttl(self, job, working_time: float = 0.0) -> int:
         return HEARTBEAT_TTL_S
@@ -91,10 +109,18 @@ def _descendant_groups(pid: int) -> set[int]:
     return groups
 
 
-def run_worker(redis_url: str, results_root: str, *, backend: str = "local", burst: bool = False) -> bool:
+def run_worker(
+    redis_url: str,
+    results_root: str,
+    *,
+    backend: str = "local",
+    backend_options: dict[str, Any] | None = None,
+    burst: bool = False,
+) -> bool:
     """Evaluate queued submissions until stopped (``burst``: until the queue is empty); returns
-    whether it evaluated any."""
-    chosen = get_backend(backend)
+    whether it evaluated any. ``backend_options``: the chosen backend's own settings."""
+    chosen = get_backend(backend, **(backend_options or {}))
+    chosen.check()  # a machine that cannot run its agents takes no submission
     try:
         os.makedirs(results_root, exist_ok=True)
     except OSError as exc:

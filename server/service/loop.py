@@ -93,6 +93,7 @@ class EvaluatorService:
         self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
         self._agent_gone = threading.Event()
         self._agent_status: int | None = None
+        self._agent_ended_how: str | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
         self.dispatch: dict[str, Handler] = {
@@ -113,9 +114,11 @@ class EvaluatorService:
     def stop_requested(self) -> bool:
         return self.transport.stop_requested
 
-    def agent_exited(self, status: int) -> None:
-        """The local agent process ended (``arbiter run``): finish once its requests are handled."""
+    def agent_exited(self, status: int, how: str | None = None) -> None:
+        """The local agent process ended (``arbiter run``): finish once its requests are handled.
+        ``how``: how it ended, when its status does not say it (killed at its memory limit)."""
         self._agent_status = status
+        self._agent_ended_how = how
         self._agent_gone.set()
 
     def install_signal_handlers(self, also: Callable[[int], None] | None = None) -> None:
@@ -184,7 +187,7 @@ class EvaluatorService:
             # Requests the agent sent before exiting still count; then the evaluation ends.
             raw = self.transport.pop_nowait()
             if raw is None:
-                evaluation.endings.agent_exited(self._agent_status, time.monotonic())
+                evaluation.endings.agent_exited(self._agent_status, time.monotonic(), self._agent_ended_how)
                 return False
         now = time.monotonic()
         if raw is None:

@@ -16,9 +16,18 @@ from pathlib import Path
 import paths
 import pytest
 import yaml
-from hosted import compose_interpolate, envsubst, exec_form, only, parse_dockerfile, placeholders, volume_parts
+from hosted import (
+    compose_interpolate,
+    exec_form,
+    k8s_container,
+    only,
+    parse_dockerfile,
+    volume_parts,
+)
 
 from arbiter.server.cli.main import build_parser
+from arbiter.server.core.competition import HostingPolicy, size_bytes
+from arbiter.server.hosting.kubernetes_manifests import KubernetesOptions, redis_maxmemory
 
 REPO = paths.REPO
 DOCKER = REPO / "docker"
@@ -26,8 +35,9 @@ COMPOSE = DOCKER / "compose.yml"
 EVALUATOR_DOCKERFILE = DOCKER / "evaluator.Dockerfile"
 AGENT_DOCKERFILE = DOCKER / "agent-base.Dockerfile"
 DOCKERFILES = [EVALUATOR_DOCKERFILE, AGENT_DOCKERFILE]
-K8S_JOB = DOCKER / "k8s-job.yaml"
 NON_ROOT_UID = "10001"
+# `pip install .` or `pip install ".[extra,...]"`: the repository itself, with its extras
+PIP_INSTALL_THE_REPO = r"""\s["']?\.(\[(?P<extras>[\w,]+)\])?["']?(\s|$)"""
 REQUIRED_COMPOSE_VARIABLES = (
     "ARBITER_REDIS_PASSWORD",
     "ARBITER_AGENT_PASSWORD",
@@ -91,7 +101,7 @@ def test_everything_pip_install_needs_is_copied_first(dockerfile: tuple[Path, li
     install_at = next(
         i
         for i, (name, args) in enumerate(instructions)
-        if name == "RUN" and "pip install" in args and re.search(r"\s\.(\s|$)", args)
+        if name == "RUN" and "pip install" in args and re.search(PIP_INSTALL_THE_REPO, args)
     )
     copied = {
         source.rstrip("/")
@@ -101,6 +111,19 @@ def test_everything_pip_install_needs_is_copied_first(dockerfile: tuple[Path, li
     }
     assert needed <= copied, f"{path.name} installs before copying {sorted(needed - copied)}"
     assert "--no-cache-dir" in instructions[install_at][1]
+
+
+def test_the_evaluator_image_installs_the_diambra_and_kubernetes_extras() -> None:
+    """Every format's env runs in it, and it runs the kubernetes backend's worker too."""
+    instructions = parse_dockerfile(EVALUATOR_DOCKERFILE.read_text(encoding="utf-8"))
+    (install,) = [args for name, args in instructions if name == "RUN" and re.search(PIP_INSTALL_THE_REPO, args)]
+    extras = re.search(PIP_INSTALL_THE_REPO, install).group("extras")
+    assert set(extras.split(",")) >= {"diambra", "kubernetes"}, install
+    setup_py = (REPO / "setup.py").read_text(encoding="utf-8")
+    for extra in extras.split(","):
+        assert re.search(rf'"{extra}":', setup_py), f"setup.py has no extra {extra!r}"
+    packages = " ".join(args for name, args in instructions if name == "RUN" and "apt-get install" in args)
+    assert "libgl1" in packages and "libglib2.0-0" in packages  # what opencv-python loads
 
 
 def user_is_root(user: str) -> bool:
@@ -220,10 +243,45 @@ def test_the_evaluator_mounts_the_tests_read_only() -> None:
     assert any(target == "/results" for _, target, _ in mounts)
 
 
-def test_the_agent_gets_the_neurips2020_limits() -> None:
-    agent = service("agent")
-    assert agent["cpus"] == 4
-    assert agent["mem_limit"] == "15g"
+def test_the_compose_agent_gets_the_hosting_defaults_and_the_kubernetes_hardening() -> None:
+    """The limits and the hardening a worker gives an agent (the competition's [hosting]
+    defaults, the NeurIPS 2020 limits; the Kubernetes agent's container), in compose too."""
+    defaults, agent = HostingPolicy(), service("agent")
+    assert agent["cpus"] == defaults.cpus
+    assert size_bytes(agent["mem_limit"], "mem_limit") == defaults.memory_bytes
+    assert agent["memswap_limit"] == agent["mem_limit"]  # no swap beyond it
+    assert agent["pids_limit"] == defaults.pids
+    kubernetes_agent = k8s_container("agent")
+    context = kubernetes_agent["securityContext"]
+    assert str(agent["user"]) == f"{context['runAsUser']}:{context['runAsGroup']}"
+    assert agent["read_only"] is context["readOnlyRootFilesystem"] is True
+    (scratch,) = kubernetes_agent["volumeMounts"]
+    (tmpfs,) = agent["tmpfs"]
+    target, _, size = tmpfs.partition(":size=")
+    assert target == scratch["mountPath"]
+    assert size_bytes(size, "tmpfs") == size_bytes(KubernetesOptions.scratch_size.removesuffix("i"), "scratch")
+    assert agent["cap_drop"] == ["ALL"] and context["capabilities"]["drop"] == ["ALL"]
+    assert "no-new-privileges:true" in agent["security_opt"] and context["allowPrivilegeEscalation"] is False
+
+
+def test_the_compose_redis_is_bounded_as_a_workers_is() -> None:
+    redis = service("redis")
+    defaults = HostingPolicy()
+    assert size_bytes(redis["mem_limit"], "mem_limit") == defaults.redis_memory_bytes
+    command = [str(word) for word in redis["command"]]
+    assert int(command[command.index("--maxmemory") + 1]) == redis_maxmemory(defaults)
+    assert command[command.index("--maxmemory-policy") + 1] == "noeviction"
+
+
+def test_each_compose_run_writes_its_own_results_folder() -> None:
+    data = yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+    env = {name: "x" for name in REQUIRED_COMPOSE_VARIABLES}
+    folders = []
+    for service_id in ("sub-1", "sub-2"):
+        done = compose_interpolate(data, {**env, "AICROWD_SUBMISSION_ID": service_id})
+        words = done["services"]["evaluator"]["command"]
+        folders.append(words[words.index("--results") + 1])
+    assert folders == ["/results/sub-1", "/results/sub-2"]
 
 
 @pytest.mark.parametrize("name", ["agent", "evaluator"])
@@ -312,139 +370,3 @@ def test_compose_interpolates_with_the_documented_variables_and_stops_without_th
     for missing in REQUIRED_COMPOSE_VARIABLES:
         with pytest.raises(KeyError, match=missing):
             compose_interpolate(data, {**env, missing: ""})
-
-
-# --- k8s-job.yaml ----------------------------------------------------------------------------------
-
-K8S_VALUES = {
-    "AICROWD_SUBMISSION_ID": "T12345",
-    "EVALUATION": "arbiter-t12345",
-    "EVALUATOR_IMAGE": "arbiter-evaluator:latest",
-    "AGENT_IMAGE": "my-agent:latest",
-    "ARBITER_TESTS_CLAIM": "hidden-tests",
-    "ARBITER_RESULTS_CLAIM": "arbiter-results",
-}
-
-
-def k8s_documents() -> dict[str, dict]:
-    documents = list(yaml.safe_load_all(envsubst(K8S_JOB.read_text(encoding="utf-8"), K8S_VALUES)))
-    kinds = [document["kind"] for document in documents]
-    assert sorted(kinds) == ["Job", "NetworkPolicy"], kinds  # no Secret: passwords never live in this file
-    return {document["kind"]: document for document in documents}
-
-
-def pod_spec() -> dict:
-    return k8s_documents()["Job"]["spec"]["template"]["spec"]
-
-
-def k8s_container(name: str) -> dict:
-    spec = pod_spec()
-    (found,) = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name]
-    return found
-
-
-def test_the_k8s_placeholders_are_the_documented_envsubst_list() -> None:
-    text = K8S_JOB.read_text(encoding="utf-8")
-    body = "\n".join(line for line in text.splitlines() if not line.lstrip().startswith("#"))
-    (listed,) = re.findall(r"envsubst '([^']*)'", text)
-    assert placeholders(body) == placeholders(listed) == set(K8S_VALUES)
-    assert "$" not in envsubst(body, K8S_VALUES).replace("$(", "")  # only the kubelet's $(VAR) remain
-
-
-def test_the_job_runs_redis_evaluator_and_agent_once() -> None:
-    job = k8s_documents()["Job"]
-    spec = pod_spec()
-    assert job["spec"]["backoffLimit"] == 0
-    assert job["spec"]["activeDeadlineSeconds"] > 8 * 3600  # longer than the overall budget
-    assert spec["restartPolicy"] == "Never"
-    assert [c["name"] for c in spec["containers"]] == ["evaluator", "agent"]
-    (redis,) = spec["initContainers"]
-    assert redis["name"] == "redis" and redis["restartPolicy"] == "Always"  # a native sidecar
-    assert k8s_container("evaluator")["image"] == "arbiter-evaluator:latest"
-    assert k8s_container("agent")["image"] == "my-agent:latest"
-
-
-def test_nothing_in_the_pod_runs_as_root_or_reaches_the_cluster() -> None:
-    spec = pod_spec()
-    assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["automountServiceAccountToken"] is False and spec["enableServiceLinks"] is False
-    for key in ("hostNetwork", "hostPID", "hostIPC", "shareProcessNamespace"):
-        assert not spec.get(key, False), key
-    for container in spec["containers"] + spec["initContainers"]:
-        context = container["securityContext"]
-        assert context["runAsNonRoot"] is True and context["runAsUser"] != 0, container["name"]
-        assert context["allowPrivilegeEscalation"] is False and context["capabilities"]["drop"] == ["ALL"]
-        assert not context.get("privileged", False)
-    agent = k8s_container("agent")["securityContext"]
-    assert (agent["runAsUser"], agent["runAsGroup"]) == (int(NON_ROOT_UID), int(NON_ROOT_UID))
-
-
-def test_the_k8s_agent_gets_the_neurips2020_limits() -> None:
-    resources = k8s_container("agent")["resources"]
-    assert resources["limits"] == {"cpu": "4", "memory": "15G"}
-    assert resources["requests"] == resources["limits"]
-
-
-def test_the_test_set_is_mounted_read_only_into_the_evaluator_alone() -> None:
-    spec = pod_spec()
-    (tests,) = [v for v in spec["volumes"] if v["name"] == "tests"]
-    assert tests["persistentVolumeClaim"] == {"claimName": "hidden-tests", "readOnly": True}
-    mounts = {
-        c["name"]: {m["name"]: m for m in c.get("volumeMounts", [])}
-        for c in spec["containers"] + spec["initContainers"]
-    }
-    assert [name for name, by_volume in mounts.items() if "tests" in by_volume] == ["evaluator"]
-    assert mounts["evaluator"]["tests"] == {"name": "tests", "mountPath": "/tests", "readOnly": True}
-    assert mounts["agent"] == {}  # the agent mounts nothing at all
-    assert [name for name, by_volume in mounts.items() if "participant-acl" in by_volume] == ["redis"]
-
-
-def test_the_agent_gets_only_its_own_secret() -> None:
-    agent = k8s_container("agent")
-    refs = [e["valueFrom"]["secretKeyRef"] for e in agent["env"] if "valueFrom" in e]
-    assert refs == [{"name": "arbiter-t12345", "key": "agent-password"}]
-    env = {e["name"]: e.get("value") for e in agent["env"]}
-    assert env["ARBITER_REDIS_URL"] == "redis://participant-T12345:$(ARBITER_AGENT_PASSWORD)@127.0.0.1:6379/0"
-    assert env["AICROWD_SUBMISSION_ID"] == "T12345"
-    assert "redis-password" not in str(agent) and "AICROWD_TESTS_FOLDER" not in env
-
-
-def test_the_network_policy_leaves_the_pod_only_its_redis_port() -> None:
-    documents = k8s_documents()
-    policy = documents["NetworkPolicy"]["spec"]
-    labels = documents["Job"]["spec"]["template"]["metadata"]["labels"]
-    assert policy["podSelector"]["matchLabels"].items() <= labels.items()
-    assert labels["arbiter/submission"] == "T12345"  # one evaluation's pod, not every evaluation's
-    assert sorted(policy["policyTypes"]) == ["Egress", "Ingress"]
-    assert policy["ingress"] == []
-    (rule,) = policy["egress"]
-    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
-    assert rule["to"] == [{"podSelector": {"matchLabels": policy["podSelector"]["matchLabels"]}}]
-    command = [str(word) for word in k8s_container("redis")["command"]]
-    assert command[command.index("--port") + 1] == "6379"
-    assert command[command.index("--bind") + 1] == "127.0.0.1"  # the containers share the pod's network
-
-
-def test_redis_loads_the_participants_acl_and_requires_the_evaluators_password() -> None:
-    redis = k8s_container("redis")
-    command = [str(word) for word in redis["command"]]
-    (mount,) = [m for m in redis["volumeMounts"] if m["name"] == "participant-acl"]
-    (volume,) = [v for v in pod_spec()["volumes"] if v["name"] == "participant-acl"]
-    assert volume["secret"]["items"] == [{"key": "participant-acl.conf", "path": "participant-acl.conf"}]
-    assert command[:2] == ["redis-server", f"{mount['mountPath']}/participant-acl.conf"] and mount["readOnly"]
-    assert command[command.index("--requirepass") + 1] == "$(ARBITER_REDIS_PASSWORD)"
-    assert command[command.index("--save") + 1] == ""
-    refs = [e["valueFrom"]["secretKeyRef"] for e in redis["env"] if "valueFrom" in e]
-    assert refs == [{"name": "arbiter-t12345", "key": "redis-password"}]
-
-
-def test_the_k8s_evaluator_command_line_is_accepted_by_the_cli() -> None:
-    instructions = parse_dockerfile(EVALUATOR_DOCKERFILE.read_text(encoding="utf-8"))
-    (entrypoint,) = [exec_form(args) for args in only(instructions, "ENTRYPOINT")]
-    evaluator = k8s_container("evaluator")
-    assert "command" not in evaluator  # the image's entrypoint, `arbiter serve`
-    args = build_parser().parse_args(entrypoint[1:] + evaluator["args"])
-    assert (args.command, args.tests, args.results) == ("serve", "/tests", "/results/T12345")
-    env = {e["name"]: e.get("value") for e in evaluator["env"]}
-    assert env["ARBITER_REDIS_URL"] == "redis://:$(ARBITER_REDIS_PASSWORD)@127.0.0.1:6379/0"
-    assert env["AICROWD_SUBMISSION_ID"] == "T12345"

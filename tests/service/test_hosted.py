@@ -205,7 +205,7 @@ def test_compose_runs_one_evaluation_end_to_end(tiny_tests, service_id, tmp_path
         evaluator_env=evaluator_env,
         agent_argv=[local_program(agent_cmd[0]), *agent_cmd[1:]],
         agent_env=agent_env,
-        results=results,
+        results=Path(evaluator_argv[evaluator_argv.index("--results") + 1]),  # each run's own folder
     )
     assert summary["state"] == "SUCCESS" and summary["service_id"] == service_id
     assert summary["episodes"]["finished"] == 3
@@ -278,7 +278,8 @@ def test_the_kubernetes_job_runs_one_evaluation_end_to_end(tiny_tests, service_i
     evaluator_argv = [local_program(words[0])] + [map_paths(word, mounts_of(evaluator_spec)) for word in words[1:]]
 
     agent_spec = containers["agent"]
-    assert "command" not in agent_spec and "args" not in agent_spec and "volumeMounts" not in agent_spec
+    assert "command" not in agent_spec and "args" not in agent_spec
+    assert [mount["mountPath"] for mount in agent_spec["volumeMounts"]] == ["/tmp"]  # its scratch only
     _, agent_cmd = image_command(DOCKER / "agent-base.Dockerfile")
     agent_env = {k: on_loopback(v) for k, v in kube_env(agent_spec, cluster_secrets).items()}
     assert admin_password not in "".join(agent_env.values())
@@ -294,7 +295,7 @@ def test_the_kubernetes_job_runs_one_evaluation_end_to_end(tiny_tests, service_i
         evaluator_env={**base_env(), **evaluator_env},
         agent_argv=[local_program(agent_cmd[0]), *agent_cmd[1:]],
         agent_env={**base_env(), **agent_env},
-        results=results_claim / service_id,
+        results=Path(evaluator_argv[evaluator_argv.index("--results") + 1]),  # <competition>/<id> on the claim
     )
     assert summary["state"] == "SUCCESS" and summary["service_id"] == service_id
     assert summary["episodes"]["finished"] == 3

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import redis
+import yaml
 
 # --- Dockerfiles ---------------------------------------------------------------------------------
 
@@ -207,3 +208,33 @@ def base_env() -> dict[str, str]:
 
 def tail(path: Path, chars: int = 3000) -> str:
     return path.read_text(encoding="utf-8", errors="replace")[-chars:] if path.exists() else ""
+
+
+# --- docker/k8s-job.yaml, its placeholders filled in ------------------------------------------
+
+K8S_JOB = Path(__file__).resolve().parents[2] / "docker" / "k8s-job.yaml"
+K8S_VALUES = {
+    "AICROWD_SUBMISSION_ID": "T12345",
+    "EVALUATION": "arbiter-t12345",
+    "EVALUATOR_IMAGE": "arbiter-evaluator:latest",
+    "AGENT_IMAGE": "my-agent:latest",
+    "ARBITER_TESTS_CLAIM": "hidden-tests",
+    "ARBITER_RESULTS_CLAIM": "arbiter-results",
+}
+
+
+def k8s_documents() -> dict[str, dict]:
+    documents = list(yaml.safe_load_all(envsubst(K8S_JOB.read_text(encoding="utf-8"), K8S_VALUES)))
+    kinds = [document["kind"] for document in documents]
+    assert sorted(kinds) == ["Job", "NetworkPolicy"], kinds  # no Secret: passwords never live in this file
+    return {document["kind"]: document for document in documents}
+
+
+def pod_spec() -> dict:
+    return k8s_documents()["Job"]["spec"]["template"]["spec"]
+
+
+def k8s_container(name: str) -> dict:
+    spec = pod_spec()
+    (found,) = [c for c in spec["containers"] + spec.get("initContainers", []) if c["name"] == name]
+    return found

@@ -1,0 +1,217 @@
+"""Each hosted evaluation on a Redis of its own (server/hosting/private_redis.py): the agent as
+its participant user over a unix socket, a memory bound that refuses writes, a server that dies
+with its work-horse (F20); the socket bridge that serves it to flatland's TCP-only client; and
+the tenant attack it answers (F18): two submissions, two workers, one farm Redis, and one agent
+flooding its Redis as fast as it can while the other is evaluated exactly as it would be alone."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import paths
+import pytest
+import redis
+from harness import finish, read_episodes, read_summary, running_service, wait_for
+from hosting_farm import REPO, competition_file, seeded_agent, wait_state
+
+from arbiter.protocol import keys
+from arbiter.server.cli import embedded_redis
+from arbiter.server.cli.embedded_redis import free_port
+from arbiter.server.core.competition import load_competition
+from arbiter.server.hosting import private_redis
+from arbiter.server.hosting.farm import submit
+from arbiter.server.hosting.private_redis import PrivateRedis, remove_abandoned
+from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, SubmissionStore
+
+SERVICE = "sub-private-1"
+FLOOD_AGENT = paths.SUPPORT / "flood_agent_main.py"
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state != "Z"
+
+
+def test_the_agent_gets_its_own_user_on_a_socket_and_the_evaluator_the_rest(monkeypatch) -> None:
+    started: list[list[str]] = []
+    real_popen = embedded_redis.subprocess.Popen
+
+    def recording_popen(args, **kwargs):
+        if any(os.path.basename(str(word)) == "redis-server" for word in args):
+            started.append(list(args))
+            # A fork with a preexec_fn would run every loaded library's at-fork handlers (gRPC's crash).
+            assert kwargs.get("preexec_fn") is None or shutil.which("setpriv") is None
+        return real_popen(args, **kwargs)
+
+    monkeypatch.setattr(embedded_redis.subprocess, "Popen", recording_popen)
+    with PrivateRedis(SERVICE, 8 << 20, "8m") as private:
+        agent = redis.Redis.from_url(private.agent_url(), socket_timeout=5)
+        evaluator = redis.Redis.from_url(private.evaluator_url, socket_timeout=5)
+        assert agent.lpush(keys.commands_key(SERVICE), b"request") == 1
+        for refused in (lambda: agent.get("x"), lambda: agent.lpush(keys.commands_key("sub-other"), b"x")):
+            with pytest.raises(redis.exceptions.NoPermissionError):
+                refused()
+        assert evaluator.rpop(keys.commands_key(SERVICE)) == b"request"
+        config = evaluator.config_get("*")
+        assert config["port"] == "0", "no TCP: the socket is the only way in"
+        assert (config["maxmemory"], config["maxmemory-policy"]) == (str(8 << 20), "noeviction")
+        # A container's user of any id connects through the mounted folder, which holds the socket alone.
+        assert os.listdir(private.socket_folder) == ["redis.sock"]
+        assert stat.S_IMODE(private.socket_folder.stat().st_mode) == 0o755
+        assert stat.S_IMODE(private.socket.stat().st_mode) == 0o777
+        # The passwords are in a file of this user's alone, never on a command line.
+        (command_line,) = started
+        if shutil.which("setpriv"):  # tied to its starter by the kernel, through util-linux's setpriv
+            assert command_line[1:4] == ["--pdeathsig", "KILL", "--"]
+        assert not any(private.server.password in word or private.participant_password in word for word in command_line)
+        assert config["requirepass"] == private.server.password
+        assert stat.S_IMODE((private.socket_folder.parent / "redis.conf").stat().st_mode) == 0o600
+        # Writes past the bound are refused, nothing is evicted.
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            for _ in range(64):
+                agent.lpush(keys.response_key(SERVICE, "junk"), os.urandom(512 * 1024))
+        assert private.full() == private.full_cause and "redis_memory" in private.full_cause
+        assert evaluator.llen(keys.response_key(SERVICE, "junk")) > 0
+        agent.close()
+        evaluator.close()
+    with PrivateRedis(SERVICE, 8 << 20) as fresh:
+        assert fresh.participant_password != private.participant_password, "a password per attempt"
+        assert fresh.full() is None
+
+
+def test_the_server_dies_with_its_work_horse_and_a_later_attempt_removes_its_folder(monkeypatch) -> None:
+    """A work-horse killed with SIGKILL (its process alone, not its group) takes its Redis along;
+    the folder left behind is removed by the next evaluation on the machine, once old enough to
+    be told from one whose server is still starting. A folder of its own for this test's servers."""
+    temp = Path(tempfile.mkdtemp(prefix="arbiter-test-"))  # short: a socket's path has a limit
+    monkeypatch.setattr(tempfile, "tempdir", str(temp))
+    reported = temp / "redis.pid"
+    program = (
+        "import threading\n"
+        "from arbiter.server.hosting.private_redis import PrivateRedis\n"
+        "private = PrivateRedis('sub-horse', 8 << 20).start()\n"
+        f"open({str(reported)!r}, 'w').write(str(private.server.pid))\n"
+        "threading.Event().wait()\n"
+    )
+    horse = subprocess.Popen([sys.executable, "-c", program], env={**os.environ, "TMPDIR": str(temp)})
+    try:
+        wait_for(lambda: reported.exists() and reported.read_text(), what="the horse's Redis started")
+        server = int(reported.read_text())
+        assert alive(server)
+        os.kill(horse.pid, signal.SIGKILL)
+        horse.wait(timeout=10)
+        wait_for(lambda: not alive(server), timeout_s=5, what="the Redis of the killed horse gone")
+        (left,) = temp.glob(f"{private_redis.FOLDER_PREFIX}*")
+        with PrivateRedis("sub-next", 8 << 20) as later_attempt:
+            assert left.exists(), "too young to tell from a server still starting"
+            removed = remove_abandoned(now=time.time() + private_redis.ABANDONED_AFTER_S + 1)
+            assert removed == [left] and not left.exists()
+            assert later_attempt.socket.exists(), "a live server's folder is kept"
+    finally:
+        horse.kill()
+        horse.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_flatland_s_own_client_reaches_the_evaluation_through_the_bridge(tiny_tests, tmp_path) -> None:
+    """flatland-rl's unmodified FlatlandRemoteClient (TCP, port 6379, no password) plays a whole
+    evaluation through the bridge, as the participant's user."""
+    with PrivateRedis(SERVICE, 64 << 20) as private:
+        spec = load_competition(competition_file(tmp_path, tiny_tests))
+        port = free_port()
+        with running_service(
+            spec, tests=tiny_tests, results=str(tmp_path / "results"), redis_url=private.evaluator_url,
+            service_id=SERVICE,
+        ) as (_, outcome):  # fmt: skip
+            code = (
+                "from flatland.evaluators import client\n"
+                f"client.FlatlandRemoteClient.__init__.__defaults__ = ({tiny_tests!r}, {SERVICE!r}, '127.0.0.1', "
+                f"{port}, 0, None, False, False)\n"
+                "exec(open('examples/legacy_starter_kit_agent.py').read())\n"
+            )  # the one change: the port, so that a Redis on this machine's 6379 is left alone
+            agent = subprocess.run(
+                [sys.executable, "-m", "arbiter.client.socket_bridge", "--listen", f"127.0.0.1:{port}",
+                 "--redis-url", private.agent_url(), "--", sys.executable, "-c", code],
+                cwd=REPO, capture_output=True, text=True, timeout=60,
+            )  # fmt: skip
+            assert agent.returncode == 0, agent.stderr[-2000:]
+            summary = finish(outcome)
+    assert "submitted: score" in agent.stdout
+    assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 3
+
+
+def test_a_bridge_passes_the_agent_s_exit_and_refuses_a_wrong_password(tmp_path) -> None:
+    with PrivateRedis(SERVICE, 8 << 20) as private:
+        wrong = private.agent_url().replace(private.participant_password, "nope")
+        port = free_port()
+        probe = (
+            "import socket\n"
+            f"s = socket.create_connection(('127.0.0.1', {port}))\n"
+            "s.sendall(b'*1\\r\\n$4\\r\\nPING\\r\\n')\n"
+            "try:\n"
+            "    print('answered' if s.recv(100) else 'closed')\n"
+            "except ConnectionResetError:\n"
+            "    print('closed')\n"
+        )  # the bridge drops a client it cannot authenticate
+        done = subprocess.run(
+            [sys.executable, "-m", "arbiter.client.socket_bridge", "--listen", f"127.0.0.1:{port}",
+             "--redis-url", wrong, "--", sys.executable, "-c", probe + "raise SystemExit(7)"],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    assert done.returncode == 7
+    assert done.stdout.strip() == "closed" and "refused the bridge's AUTH" in done.stderr
+
+
+@pytest.mark.timeout(90)
+def test_a_flooding_tenant_leaves_the_other_evaluation_as_it_would_be_alone(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path
+) -> None:
+    competition = competition_file(tmp_path, tiny_tests, hosting='redis_memory = "32m"')
+    flood = [sys.executable, str(FLOOD_AGENT), "30"]  # floods for up to 30 s, unless stopped
+    attacker = submit(redis_conn, competition=competition, participant="mallory", agent=flood)
+    victim = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent(0.005))
+    workers = []
+    try:
+        for index in range(2):  # the flood's log lines go to files: a pipe nobody reads would fill
+            log = open(tmp_path / f"worker-{index}.log", "w")  # noqa: SIM115 - closed below
+            workers.append((log, subprocess.Popen(
+                [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", redis_url,
+                 "--results-root", str(tmp_path / "results")],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, process_group=0,
+            )))  # fmt: skip
+        store = SubmissionStore(redis_conn)
+        flooded = wait_state(store, attacker.id, FINISHED, FAILED, timeout_s=60)
+        scored = wait_state(store, victim.id, FINISHED, FAILED, timeout_s=60)
+        # The same agent on the same competition, alone on the farm.
+        alone = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent(0.005))
+        undisturbed = wait_state(store, alone.id, FINISHED, FAILED, timeout_s=60)
+    finally:
+        for log, worker in workers:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait()
+            log.close()
+    assert scored.state == undisturbed.state == FINISHED
+    assert read_summary(scored.results)["state"] == "SUCCESS"
+    assert scored.score == undisturbed.score is not None
+    assert read_episodes(scored.results) != [] and [r["env"] for r in read_episodes(scored.results)] == [
+        r["env"] for r in read_episodes(undisturbed.results)
+    ]
+    # The attacker's own evaluation is stopped once its Redis is full, as the agent's fault, once.
+    assert flooded.state == FAILED and flooded.fault == AGENT_FAULT and flooded.attempts == 1
+    assert "filled its evaluation's Redis" in flooded.cause
+    summary = read_summary(flooded.results)
+    assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == flooded.cause
+    # Nothing of the flood reached the farm's Redis.
+    assert redis_conn.keys(f"*{attacker.id}::*") == []
+    assert redis_conn.info("memory")["used_memory"] < 16 << 20
