@@ -17,7 +17,8 @@ for name, folder in parts.items():
 # forbids; 4.11 is the newest built for numpy 1.x. The format's game table mirrors diambra-arena
 # 2.2.7's data, so that version is pinned too.
 # Workers with --backend kubernetes create each evaluation's Job through the official client.
-KUBERNETES = ["kubernetes>=30"]
+# Below 37, which needs python-dateutil 3, where flatland-rl's boto3 (botocore) wants 2.
+KUBERNETES = ["kubernetes>=30,<37"]
 DIAMBRA = ["diambra-arena==2.2.7", "opencv-python>=4.4.0.42,<4.12", "numpy<2"]
 
 setup(

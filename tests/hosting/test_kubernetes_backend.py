@@ -27,7 +27,7 @@ from kubernetes.client import (
     V1JobStatus,
     V1Pod,
 )
-from kubernetes_objects import OPTIONS, a_pod, a_submission, plan_for, write_summary
+from kubernetes_objects import OPTIONS, a_pod, a_submission, client_model, plan_for, write_summary
 from rq.timeouts import JobTimeoutException, UnixSignalDeathPenalty
 
 from arbiter.protocol.errors import ConfigError
@@ -79,7 +79,7 @@ class ScriptedCluster:
         self.calls.append(("create", body["spec"]["suspend"]))
         if name in self.jobs:
             return None  # 409 Conflict
-        job = V1Job.from_dict(body)
+        job = client_model("V1Job", body)
         job.metadata.uid, job.status = str(uuid.uuid4()), V1JobStatus()
         self.jobs[name], self.bodies[name] = job, body
         return job

@@ -14,6 +14,7 @@ import kubernetes_validate
 import paths
 import pytest
 import yaml
+from kubernetes_objects import client_model
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.main import build_parser, resolve_spec
@@ -72,7 +73,7 @@ SCHEMA_VERSIONS = sorted({OLDEST_SUPPORTED, client_schema_version()})
 def validate(manifest: dict) -> None:
     for version in SCHEMA_VERSIONS:
         kubernetes_validate.validate(manifest, version, strict=True)
-    model = getattr(kubernetes.client, MODELS[manifest["kind"]]).from_dict(manifest)
+    model = client_model(MODELS[manifest["kind"]], manifest)
     # the client's models know every field: nothing is dropped on the way to the API server
     assert kubernetes.client.ApiClient().sanitize_for_serialization(model) == manifest
 

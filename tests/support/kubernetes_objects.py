@@ -96,3 +96,16 @@ def plan_for(submission: Submission, root: Path, *, resume: bool = False):
 
     plan = plan_evaluation(submission_spec(submission), submission, OPTIONS, resume=resume)
     return plan, root / submission.competition_name / submission.id
+
+
+def client_model(kind: str, manifest: dict):
+    """``manifest`` as the official client's model of ``kind`` (``V1Job`` ...), read the way the
+    client reads the API server's answers."""
+    import json
+
+    import kubernetes
+
+    class Answer:  # what ApiClient.deserialize reads: the body of an HTTP response
+        data = json.dumps(manifest)
+
+    return kubernetes.client.ApiClient().deserialize(Answer(), kind)
