@@ -6,7 +6,8 @@ Podman here is Debian's, with runc as its runtime and the engine settings of ``C
 ``arbiter worker`` the runtime. The agent runs as a user other than root, so the interpreter that
 runs these tests, and the repository, must be readable by it: when one lives under a folder
 closed to others (pyenv under /root), ``worker_options`` mounts a stand-in for that folder that
-shows their trees alone, read-only, and nothing else of it.
+shows their trees alone, read-only, and nothing else of it; a tree under /tmp, which the
+container's own /tmp hides, is mounted at its own path.
 """
 
 from __future__ import annotations
@@ -55,11 +56,16 @@ def reachable_mounts(folder: Path) -> list[str]:
     down to them, and the trees themselves, all read-only."""
     trees = {Path(sys.base_prefix).resolve(), Path(sys.prefix).resolve(), paths.REPO.resolve()}
     opened: dict[Path, set[Path]] = {}
-    for tree in trees:
+    options = []
+    for tree in sorted(trees):
+        if tree.is_relative_to("/tmp"):
+            # The container's own /tmp hides the machine's: a tree there (a clean clone, its venv)
+            # is shown again at its own path.
+            options.append(f"--container-option=--mount=type=bind,source={tree},destination={tree},readonly")
+            continue
         closed = _closed_ancestor(tree)
         if closed is not None:
             opened.setdefault(closed, set()).add(closed / tree.relative_to(closed).parts[0])
-    options = []
     for index, (closed, insides) in enumerate(sorted(opened.items())):
         stand_in = folder / f"stand-in-{index}"
         for inside in insides:
