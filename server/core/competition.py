@@ -174,6 +174,21 @@ _BUDGET_KEYS = {f.name for f in dataclasses.fields(BudgetPolicy)}
 _HOSTING_KEYS = {f.name for f in dataclasses.fields(HostingPolicy)}
 
 
+def _policy_table(core: dict[str, Any], table: str, noun: str, policy: type, allowed: set[str], source: str) -> Any:
+    """The ``[table]`` of a competition file (taken out of ``core``) as its policy dataclass;
+    unknown keys and bad values are errors naming the file."""
+    data = core.pop(table, {})
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: [{table}] must be a table")
+    unknown = set(data) - allowed
+    if unknown:
+        raise ConfigError(f"{source}: unknown {noun} keys {sorted(unknown)}; allowed: {sorted(allowed)}")
+    try:
+        return policy(**data)
+    except (TypeError, ConfigError) as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+
+
 def preset_paths() -> dict[str, str]:
     found: dict[str, str] = {}
     for folder in presets_dirs():
@@ -250,28 +265,8 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
     own = {k: v for k, v in data.items() if k not in _CORE_KEYS}
     if own and found.options is None:
         raise ConfigError(f"{source}: unknown keys {sorted(own)}; allowed: {sorted(_CORE_KEYS)}")
-    budgets_data = core.pop("budgets", {})
-    if not isinstance(budgets_data, dict):
-        raise ConfigError(f"{source}: [budgets] must be a table")
-    unknown = set(budgets_data) - _BUDGET_KEYS
-    if unknown:
-        raise ConfigError(f"{source}: unknown budget keys {sorted(unknown)}; allowed: {sorted(_BUDGET_KEYS)}")
-    try:
-        budgets = BudgetPolicy(**budgets_data)
-    except TypeError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
-    hosting_data = core.pop("hosting", {})
-    if not isinstance(hosting_data, dict):
-        raise ConfigError(f"{source}: [hosting] must be a table")
-    unknown = set(hosting_data) - _HOSTING_KEYS
-    if unknown:
-        raise ConfigError(f"{source}: unknown hosting keys {sorted(unknown)}; allowed: {sorted(_HOSTING_KEYS)}")
-    try:
-        hosting = HostingPolicy(**hosting_data)
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+    budgets = _policy_table(core, "budgets", "budget", BudgetPolicy, _BUDGET_KEYS, source)
+    hosting = _policy_table(core, "hosting", "hosting", HostingPolicy, _HOSTING_KEYS, source)
     options = options_from_dict(found.options, own, source) if found.options is not None else None
     try:
         return CompetitionSpec(
