@@ -60,8 +60,20 @@ def reachable_mounts(folder: Path) -> list[str]:
     for tree in sorted(trees):
         if tree.is_relative_to("/tmp"):
             # The container's own /tmp hides the machine's: a tree there (a clean clone, its venv)
-            # is shown again at its own path.
-            options.append(f"--container-option=--mount=type=bind,source={tree},destination={tree},readonly")
+            # is shown again at its own path; one closed to others (mktemp -d makes it so) as a
+            # stand-in open to all that holds its entries.
+            if os.stat(tree).st_mode & stat.S_IXOTH:
+                options.append(f"--container-option=--mount=type=bind,source={tree},destination={tree},readonly")
+                continue
+            stand_in = folder / f"stand-in-tree-{len(options)}"
+            stand_in.mkdir(mode=0o755, parents=True)
+            stand_in.chmod(0o755)
+            options.append(f"--container-option=--mount=type=bind,source={stand_in},destination={tree},readonly")
+            for entry in sorted(tree.iterdir()):
+                target = tree / entry.name
+                # where the entry is mounted, made in the stand-in (read-only in the container)
+                (stand_in / entry.name).mkdir() if entry.is_dir() else (stand_in / entry.name).touch()
+                options.append(f"--container-option=--mount=type=bind,source={entry},destination={target},readonly")
             continue
         closed = _closed_ancestor(tree)
         if closed is not None:
