@@ -1,5 +1,5 @@
 """The command line: ``arbiter run``, ``serve``, ``generate``, ``watch``, ``report``, ``replay``,
-``rescore``, ``acl``.
+``rescore``, ``acl``, ``leaderboard``.
 
 ``generate``, ``replay`` and the test data of a ``run`` given none reach a format through its
 hooks (``Format.generate``, ``replay``, ``default_tests``); a format without the hook is a clear
@@ -167,6 +167,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         redis_url=resolve_redis_url(args, embedded_ok=True),
         progress=Progress(enabled=not args.quiet, format_name=spec.format),
         redis_outage_s=args.redis_outage_timeout,
+        participant=args.participant,
     )
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
@@ -190,6 +191,7 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from arbiter.server.cli.runner import name_submission
     from arbiter.server.service.build import run_to_end, start_service
 
     keep_freed_memory()
@@ -214,6 +216,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         resume=args.resume,
         redis_outage_s=args.redis_outage_timeout,
     )
+    name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
     summary = run_to_end(service, progress, results_dir)
     return EXIT_CODES[summary["state"]]
 
@@ -310,6 +313,12 @@ def cmd_rescore(args: argparse.Namespace) -> int:
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
+def cmd_leaderboard(args: argparse.Namespace) -> int:
+    from arbiter.server.cli.leaderboard import cmd_leaderboard as build
+
+    return build(args)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     parser = build_parser()
@@ -321,6 +330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {"run": cmd_run, "serve": cmd_serve, "generate": cmd_generate, "acl": cmd_acl}
     handlers.update({"watch": cmd_watch, "replay": cmd_replay, "rescore": cmd_rescore})
     handlers["report"] = cmd_report
+    handlers["leaderboard"] = cmd_leaderboard
     handlers.update(HOSTING_HANDLERS)  # submit, worker, submissions, cancel
     try:
         return handlers[args.command](args)

@@ -7,6 +7,7 @@ import tomllib
 from typing import Any
 
 from arbiter.server.cli.hosting import add_hosting_parsers
+from arbiter.server.cli.leaderboard import add_leaderboard_parser
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.core.competition import (
     DEBUG_EPISODES,
@@ -56,6 +57,16 @@ def _seconds(text: str) -> float:
     if not 0 <= value < float("inf"):
         raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
     return value
+
+
+def _participant(text: str) -> str:
+    """A participant's name, as a leaderboard shows it: not empty, and one line."""
+    name = text.strip()
+    if not name:
+        raise argparse.ArgumentTypeError("is empty: name the participant the evaluation is for")
+    if not name.isprintable():
+        raise argparse.ArgumentTypeError(f"{text!r} holds a control character (a line break, a tab ...)")
+    return name
 
 
 def _default_competition() -> dict[str, Any]:
@@ -108,6 +119,14 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         metavar="DIR",
         help="results folder (default: arbiter-results/run-<date>-<time> in the current folder"
         + (")" if run else "; --resume needs the evaluation's own)"),
+    )
+    parser.add_argument(
+        "--participant",
+        type=_participant,
+        metavar="NAME",
+        help="whose evaluation it is: summary.json gets a `submission` block naming NAME, the service id and "
+        "when the evaluation started, so a leaderboard can rank it"
+        + (" (default: none)" if run else "; --resume keeps the identity the evaluation started with (default: none)"),
     )
     parser.add_argument(
         "--competition",
@@ -351,4 +370,5 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
     report.add_argument("--out", metavar="FILE", help="the HTML file to write (default RESULTS_DIR/report.html)")
     add_hosting_parsers(commands)  # submit, worker, submissions, cancel
+    add_leaderboard_parser(commands)
     return parser

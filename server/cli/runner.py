@@ -17,6 +17,8 @@ fails with a clear error and leaves no results folder of its own behind.
 
 from __future__ import annotations
 
+import datetime
+import json
 import logging
 import os
 import shlex
@@ -27,6 +29,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from arbiter.protocol.errors import ConfigError
@@ -35,7 +38,8 @@ from arbiter.server.cli.embedded_redis import HOST, EmbeddedRedis
 from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_run
 from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import CompetitionSpec
-from arbiter.server.core.evaluation import State
+from arbiter.server.core.evaluation import Evaluation, State
+from arbiter.server.core.summary import iso_utc, submission_identity
 from arbiter.server.formats import get_format
 from arbiter.server.service.build import run_to_end, start_service
 from arbiter.server.service.loop import EvaluatorService
@@ -202,13 +206,17 @@ def run_local(
     resume: bool = False,
     agent: AgentProcess | None = None,
     stop_check: Callable[[], str | None] | None = None,
+    participant: str | None = None,
+    submitted_at: float | None = None,
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
     a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
     and checked by the caller (a hosted evaluation's, with its own Redis user, in a container or
     not); by default ``agent_command``, given ``redis_url`` in its environment. ``stop_check``:
     asked every ``STOP_CHECK_S`` while the agent runs; a reason it returns stops the evaluation
-    (INTERRUPTED, with that reason as its cause) and the agent, as a stop signal does."""
+    (INTERRUPTED, with that reason as its cause) and the agent, as a stop signal does.
+    ``participant``: whose evaluation it is (``name_submission``), submitted at ``submitted_at``
+    (a Unix time; by default when the evaluation started)."""
     if agent is None:
         problem = agent_command_problem(agent_command)
         if problem:
@@ -247,6 +255,9 @@ def run_local(
             resume=resume,
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
+        )
+        name_submission(
+            service.evaluation, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at
         )
         announcement = announce_run(redis_url, service_id, results_dir)
         progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
@@ -287,6 +298,64 @@ def run_local(
             agent.kill()
         if embedded is not None:
             embedded.stop()
+
+
+def name_submission(
+    evaluation: Evaluation,
+    participant: str | None,
+    *,
+    results_dir: str,
+    resume: bool,
+    submitted_at: float | None = None,
+) -> None:
+    """Give the evaluation the identity summary.json's ``submission`` records, before anything
+    can end it: ``participant``, the service id, ``submitted_at`` (a Unix time; by default when the
+    evaluation started) and whether it is a debug run. A resumed evaluation keeps the identity
+    of its first start: the one its summary recorded, else (it was killed before it wrote one)
+    the participant now named, submitted when its first run started."""
+    if resume:
+        kept = _recorded_identity(results_dir)
+        if kept is not None:
+            if participant is not None and kept.get("participant") != participant:
+                log.warning(
+                    "%s was started for participant %r: it keeps that identity, not %r",
+                    results_dir,
+                    kept.get("participant"),
+                    participant,
+                )
+            evaluation.submission = kept
+            return
+    if participant is None:
+        return
+    if submitted_at is not None:
+        when = iso_utc(submitted_at)
+    else:
+        when = (_first_start(results_dir) if resume else None) or evaluation.started_wall
+    evaluation.submission = submission_identity(
+        participant=participant, submission_id=evaluation.service_id, submitted_at=when, debug=evaluation.debug
+    )
+
+
+def _recorded_identity(results_dir: str) -> dict[str, Any] | None:
+    """The ``submission`` an earlier run of this evaluation wrote into its summary.json, if any."""
+    try:
+        with open(os.path.join(results_dir, "summary.json"), encoding="utf-8") as handle:
+            found = json.load(handle).get("submission")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, dict) and found.get("participant") else None
+
+
+def _first_start(results_dir: str) -> str | None:
+    """When the evaluation in ``results_dir`` first started (to the second): the time of the
+    ``started`` event its first run wrote first into events.jsonl, which a resume continues."""
+    try:
+        with open(os.path.join(results_dir, "events.jsonl"), encoding="utf-8") as handle:
+            first = json.loads(handle.readline())
+        started = datetime.datetime.fromisoformat(first["time"]) if first.get("event") == "started" else None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError):
+        return None
+    return started.astimezone(datetime.UTC).isoformat(timespec="seconds") if started else None
 
 
 def _watch_agent(agent: AgentProcess, service: EvaluatorService) -> None:

@@ -29,6 +29,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.formats import format_names, get_format, presets_dirs
 from arbiter.server.formats.base import options_from_dict
+from arbiter.server.leaderboard.policy import LeaderboardPolicy, check_columns, leaderboard_policy
 
 DEFAULT_COMPETITION = "flatland-neurips2020"
 DEBUG_COMPETITION = "flatland-debug"
@@ -112,6 +113,7 @@ class CompetitionSpec:
     accept_pickle: bool = True
     budgets: BudgetPolicy = field(default_factory=BudgetPolicy)
     hosting: HostingPolicy = field(default_factory=HostingPolicy)
+    leaderboard: LeaderboardPolicy = field(default_factory=LeaderboardPolicy)  # the [leaderboard] table
     options: Any = None  # the format's own keys (its options dataclass), None for a format with none
     # True: the seed is chosen (the organiser's competition file, --set seed=, --seed; or settled
     # by persisted_seed); False: it is a shipped preset's or the default, public, and a hosted
@@ -267,13 +269,37 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         raise ConfigError(f"{source}: unknown keys {sorted(own)}; allowed: {sorted(_CORE_KEYS)}")
     budgets = _policy_table(core, "budgets", "budget", BudgetPolicy, _BUDGET_KEYS, source)
     hosting = _policy_table(core, "hosting", "hosting", HostingPolicy, _HOSTING_KEYS, source)
+    board = leaderboard_policy(core.pop("leaderboard", {}), source)
     options = options_from_dict(found.options, own, source) if found.options is not None else None
     try:
-        return CompetitionSpec(
-            name=name, budgets=budgets, hosting=hosting, options=options, seed_fixed="seed" in core, **core
+        spec = CompetitionSpec(
+            name=name,
+            budgets=budgets,
+            hosting=hosting,
+            leaderboard=board,
+            options=options,
+            seed_fixed="seed" in core,
+            **core,
         )
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    _check_leaderboard(spec, source)
+    return spec
+
+
+def _check_leaderboard(spec: CompetitionSpec, source: str) -> None:
+    """The board's rule is one of the format's, and its columns are figures that rule computes."""
+    rules = get_format(spec.format).rules
+    rule = spec.leaderboard.scoring or spec.scoring
+    if rule not in rules:
+        raise ConfigError(
+            f"{source}: [leaderboard] scoring {rule!r} is not a rule of format {spec.format!r}; "
+            f"known: {', '.join(rules)}"
+        )
+    from arbiter.server.core.scoring import scoring_rule  # the rule as evaluations make it
+
+    figure_names = tuple(scoring_rule(spec.format, rule, spec.options).figure_names)
+    check_columns(spec.leaderboard, figure_names, str(rule), source)
 
 
 # -- the seed of a hosted evaluation ------------------------------------------------------------

@@ -76,6 +76,7 @@ class Evaluation:
         self.competition = competition
         self.service_id = service_id
         self.debug = debug
+        self.submission: dict[str, Any] | None = None  # summary.json's submission: who it is for, if named
         self.clock = clock
         self.on_episode = on_episode
         self.on_finish = on_finish

@@ -109,18 +109,24 @@ def _started_format(results_dir: str) -> str:
     raise ConfigError(f"cannot tell the format of {results_dir}: neither {SUMMARY_FILE} nor {EVENTS_FILE} names it")
 
 
+def summary_rule(results_dir: str, summary: dict[str, Any], scoring: str | None = None) -> tuple[Any, Any]:
+    """(spec, rule) of the evaluation ``summary`` describes: its format and options as recorded,
+    scored by its own rule or by ``scoring`` (another rule of its format)."""
+    spec_keys: dict[str, Any] = {**(summary.get("options") or {}), "scoring": scoring or summary.get("scoring")}
+    if summary.get("format"):  # a summary of an evaluation older than formats names none
+        spec_keys["format"] = summary["format"]
+    source = f"{os.path.join(results_dir, SUMMARY_FILE)} (competition {summary.get('competition')!r})"
+    spec = spec_from_dict(str(summary.get("competition") or "rescored"), spec_keys, source=source)
+    return spec, scoring_rule(spec.format, spec.scoring, spec.options)
+
+
 def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
     """Recompute the score of ``results_dir`` with its own rule, or with ``scoring`` (another
     rule of its format), and compare it with the recorded one."""
     summary = read_summary(results_dir)
     records = read_records(os.path.join(results_dir, EPISODES_FILE))
     recorded_scoring = summary.get("scoring")
-    spec_keys: dict[str, Any] = {**(summary.get("options") or {}), "scoring": scoring or recorded_scoring}
-    if summary.get("format"):  # a summary of an evaluation older than formats names none
-        spec_keys["format"] = summary["format"]
-    source = f"{os.path.join(results_dir, SUMMARY_FILE)} (competition {summary.get('competition')!r})"
-    spec = spec_from_dict(str(summary.get("competition") or "rescored"), spec_keys, source=source)
-    rule = scoring_rule(spec.format, spec.scoring, spec.options)
+    spec, rule = summary_rule(results_dir, summary, scoring)
     hook = get_format(spec.format).rescore
     scored = hook(rule, records) if hook is not None else records
     state = str(summary.get("state"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import datetime
 import math
 import platform
 from dataclasses import dataclass
@@ -253,11 +254,33 @@ EMPTY_SCORE = {
 }
 
 
+def leaderboard(rule: Any, records: list[dict[str, Any]], score: dict[str, Any] | None) -> dict[str, Any]:
+    """summary.json's ``leaderboard``: every figure a leaderboard column may show and the fields
+    that describe the evaluation beside them, as the scoring rule makes them from its score (an
+    evaluation without a score has no figures)."""
+    if not score:
+        return {"figures": [], "context": {}}
+    return {"figures": rule.figures(records, score), "context": rule.context(records, score)}
+
+
+def iso_utc(unix_time: float) -> str:
+    """A Unix time as summary.json writes times: ISO-8601, UTC, to the second."""
+    return datetime.datetime.fromtimestamp(unix_time, datetime.UTC).isoformat(timespec="seconds")
+
+
+def submission_identity(*, participant: str, submission_id: str, submitted_at: str, debug: bool) -> dict[str, Any]:
+    """summary.json's ``submission``: who the evaluation is for (``submitted_at`` ISO-8601 UTC)."""
+    return {"participant": participant, "id": submission_id, "submitted_at": submitted_at, "debug": debug}
+
+
 def summary(evaluation: Any) -> dict[str, Any]:
+    """summary.json. Written when the evaluation ends, never per step: its figures come from the
+    score computed here once."""
     end = evaluation.finished_at if evaluation.finished_at is not None else evaluation.clock()
     scores = evaluation.scores()
     records = evaluation.records
     plan = evaluation.plan
+    identity = {"submission": dict(evaluation.submission)} if evaluation.submission else {}
     return {
         "state": evaluation.state.value,
         "debug": evaluation.debug,
@@ -265,7 +288,9 @@ def summary(evaluation: Any) -> dict[str, Any]:
         "competition": evaluation.competition,
         "scoring": evaluation.rule.name,
         "service_id": evaluation.service_id,
+        **identity,
         "score": scores if scores else dict(EMPTY_SCORE),
+        "leaderboard": leaderboard(evaluation.rule, records, scores),
         "termination_cause": evaluation.termination_cause,
         "episodes": counts(len(evaluation.items), records),
         # The plan's items (an episode, or a training run of many episodes) and how many ended.

@@ -32,6 +32,7 @@ import numpy as np
 
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.server.core.budgets import BudgetPolicy
+from arbiter.server.core.scoring import figure
 from arbiter.server.core.summary import NOT_PLAYED, ending
 from arbiter.server.formats import columns as output
 from arbiter.server.formats.columns import Column
@@ -203,6 +204,9 @@ class Rule(ABC):
 
     name: str = ""  # the name the format registers it under (summary.json's ``scoring``)
     higher_is_better: bool = True
+    # The names of the figures ``figures`` reports: what a competition file's [leaderboard]
+    # columns may name, checked when the file is loaded.
+    figure_names: tuple[str, ...] = ("primary", "secondary")
 
     def __init__(self, options: Any = None):
         self.options = options
@@ -216,6 +220,39 @@ class Rule(ABC):
         """The primary figure alone, shown after every item as the score so far. By default
         ``aggregate``'s; a rule whose aggregate is slow (a bootstrap) computes it apart."""
         return self.aggregate(records)["primary"] if records else None
+
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        """Every figure a leaderboard column may show (summary.json → ``leaderboard.figures``),
+        from ``score``, what ``aggregate`` gave for ``records``: each made by
+        ``core.scoring.figure``, its value the score's own. By default the score's primary and
+        secondary, as ``primary`` and ``secondary``; a format names its own."""
+        spreads = score.get("spread") or {}
+        primary_higher = score.get("primary_higher_is_better")
+        found = [
+            figure(
+                "primary",
+                score.get("primary_name") or "primary",
+                score.get("primary"),
+                higher_is_better=self.higher_is_better if primary_higher is None else bool(primary_higher),
+                spread_map=spreads.get("primary"),
+            )
+        ]
+        if score.get("secondary") is not None or score.get("secondary_name") is not None:
+            found.append(
+                figure(
+                    "secondary",
+                    score.get("secondary_name") or "secondary",
+                    score.get("secondary"),
+                    higher_is_better=self.higher_is_better,
+                    spread_map=spreads.get("secondary"),
+                )
+            )
+        return found
+
+    def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:
+        """Fields that describe the evaluation on a leaderboard without ranking it (a game, a
+        phase); by default none."""
+        return {}
 
 
 @dataclass(frozen=True)

@@ -111,6 +111,8 @@ def run_attempt(
         resume=resume,
         agent=agent,
         stop_check=private.full,
+        participant=submission.participant,
+        submitted_at=submission.submitted_at,
     )
 
 

@@ -27,6 +27,7 @@ import redis
 from rq import get_current_job
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.summary import iso_utc
 from arbiter.server.hosting.backends import Backend
 from arbiter.server.hosting.farm import submission_spec
 from arbiter.server.hosting.submissions import (
@@ -233,7 +234,8 @@ def _retry_or_fail(store: SubmissionStore, submission: Submission, cause: str) -
 
 
 def _mark_summary(results_dir: str, submission: Submission) -> None:
-    """Put the submission's identity in its summary.json (written through a renamed temporary file)."""
+    """Put the submission's whole identity in its summary.json (written through a renamed
+    temporary file): the evaluation wrote who and when; the farm adds its own fields."""
     path = os.path.join(results_dir, "summary.json")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -243,6 +245,7 @@ def _mark_summary(results_dir: str, submission: Submission) -> None:
     summary["submission"] = {
         "id": submission.id,
         "participant": submission.participant,
+        "submitted_at": iso_utc(submission.submitted_at),
         "competition": submission.competition_name,
         "phase": submission.phase,
         "debug": submission.debug,

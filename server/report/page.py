@@ -52,6 +52,12 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
                 f"{folder} has episodes.jsonl but no summary.json: its evaluation has not ended, or its "
                 "evaluator was killed (`arbiter serve --resume --results DIR` finishes it)"
             )
+        held = sum(1 for sub in folder.iterdir() if (sub / "summary.json").is_file())
+        if held:  # a competition's folder of submissions: ranking them is the leaderboard's work
+            raise ConfigError(
+                f"{folder} is not a results folder but holds {held}: a report covers one evaluation; rank them "
+                f"with `arbiter leaderboard --results-root {folder.parent} --competition {folder.name}`"
+            )
         raise ConfigError(f"{folder} is not a results folder: it holds neither summary.json nor episodes.jsonl")
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8"))

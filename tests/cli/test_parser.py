@@ -65,11 +65,19 @@ def test_serve_reads_budgets_overrides_and_resume():
         ("--record", "-2", "'-2' must be 0 or more"),
         ("--record", "all", "'all' is not a whole number"),
         ("--phase", "3", "invalid choice"),
+        ("--participant", " ", "is empty: name the participant"),
+        ("--participant", "alice\nbob", "holds a control character"),
     ],
 )
 def test_a_bad_value_is_refused_with_the_value_named(capsys, option, value, message):
     error = refused(capsys, "serve", option, value)
     assert message in error and option in error
+
+
+def test_run_and_serve_name_the_participant_trimmed():
+    assert parse("serve", "--participant", " alice ").participant == "alice"
+    assert parse("run", "--participant", "team blue", "--", "agent").participant == "team blue"
+    assert parse("serve").participant is None
 
 
 def test_resume_is_an_option_of_serve_only(capsys):

@@ -3,7 +3,9 @@ evaluator installs its signal handlers in the process it runs in)."""
 
 from __future__ import annotations
 
+import datetime
 import os
+import signal
 import threading
 import time
 
@@ -101,15 +103,47 @@ def test_the_summary_names_the_submission(redis_url, redis_conn: redis.Redis, ti
     run_job(redis_url, str(tmp_path / "results"), submission.id)
     found = SubmissionStore(redis_conn).get(submission.id)
     summary = read_summary(found.results)
+    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC).replace(microsecond=0)
     assert summary["submission"] == {
         "id": submission.id,
         "participant": "carol",
+        "submitted_at": submitted_at.isoformat(),
         "competition": "farm",
         "phase": None,
         "debug": True,
         "attempts": 1,
     }
     assert summary["debug"] is True
+    assert summary["leaderboard"]["figures"][0]["value"] == summary["score"]["primary"]
+
+
+def test_an_attempt_the_farm_cut_short_names_its_submission_from_the_first_write(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path
+) -> None:
+    """The evaluation carries the submission's identity itself: an attempt stopped before the job
+    stamps the summary (the farm lost the worker) leaves a summary that says whose it is."""
+    competition = competition_file(tmp_path, tiny_tests)
+    agent = seeded_agent(step_delay_s=0.02)
+    submission = submit(redis_conn, competition=competition, participant="dave", agent=agent)
+    attempt = SubmissionStore(redis_conn).change(submission.id, ("queued",), state=RUNNING, attempts=1)
+    results = str(tmp_path / "results")
+
+    def stop_after_the_first_episode() -> None:
+        wait_for(lambda: os.path.exists(os.path.join(results, "episodes.jsonl")), what="the first episode")
+        os.kill(os.getpid(), signal.SIGTERM)  # what the worker's lock keeper sends when the farm stops it
+
+    def evaluate_and_stop() -> str:
+        from arbiter.server.core.competition import load_competition
+
+        threading.Thread(target=stop_after_the_first_episode, daemon=True).start()
+        evaluated = LocalBackend().evaluate(load_competition(competition), attempt, results_dir=results, resume=False)
+        return evaluated.summary["state"]
+
+    assert in_forked_child(evaluate_and_stop)[1] == "INTERRUPTED"
+    identity = read_summary(results)["submission"]
+    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC).replace(microsecond=0)
+    assert identity == {"participant": "dave", "id": submission.id, "submitted_at": submitted_at.isoformat(),
+                        "debug": False}  # fmt: skip
 
 
 def test_an_attempt_that_lost_its_lock_stops_and_records_nothing(

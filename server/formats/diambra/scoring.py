@@ -10,6 +10,9 @@ The bounds are the env's own (``get_cumulative_reward_bounds()``) when it report
 else DIAMBRA's documented formula; a record says which. A timed-out or unplayed episode gets
 R = R_min (so stopping early never beats playing on) and k = 1. Every figure recomputes from the
 record's R, bounds and levels, never from a stored score, so a results folder rescores offline.
+
+Leaderboard figures: ``score`` (the mean weighted score) and ``reward`` (the mean R); the game,
+difficulty, level and engine describe the evaluation beside them.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from arbiter.server.core.scoring import figure
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE
 from arbiter.server.formats.diambra.games import GAMES
@@ -155,6 +159,42 @@ class DifficultyWeightedRule(Rule):
             "rule": {"name": RULE_NAME, "levels": _levels(records)},
         }
 
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        spreads = score.get("spread") or {}
+        primary, secondary = spreads.get("primary"), spreads.get("secondary")
+        return [
+            figure(
+                "score", score["primary_name"], score["primary"], higher_is_better=True, spec=".2f", spread_map=primary
+            ),
+            figure(
+                "reward",
+                score["secondary_name"],
+                score["secondary"],
+                higher_is_better=True,
+                spec=".2f",
+                spread_map=secondary,
+            ),
+        ]
+
+    def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:
+        """The game, difficulty and level played (as the score's rule records them, else as the
+        competition set them), and the engine the episodes ran on."""
+        levels = (score.get("rule") or {}).get("levels") or {}
+        settings = self.options
+        return {
+            "game": levels.get("game", settings.game if settings is not None else None),
+            "difficulty": levels.get("difficulty", settings.difficulty if settings is not None else None),
+            "level": levels.get("level"),
+            "engine": score["engine"] if "engine" in score else engine_of(records),
+        }
+
+
+def engine_of(records: list[dict[str, Any]]) -> str | None:
+    """The engine the episodes ran on ("mock": DIAMBRA's engine mock), or the engines, when
+    they differ; None without records."""
+    engines = sorted({str(r.get("engine")) for r in records})
+    return engines[0] if len(engines) == 1 else "mixed: " + ", ".join(engines) if engines else None
+
 
 def _levels(records: list[dict[str, Any]]) -> dict[str, Any]:
     if not records:
@@ -192,6 +232,7 @@ class DiambraRule(DifficultyWeightedRule):
     is the one the format registers it under, so a summary names the rule that rescores it."""
 
     name = "diambra"
+    figure_names = ("score", "reward")
 
     def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         figures = super().aggregate(records)
@@ -200,10 +241,9 @@ class DiambraRule(DifficultyWeightedRule):
         for record in records:
             k, score = rescore(record)
             per_episode.append({**{key: record.get(key) for key in EPISODE_FIELDS}, "k": k, "score": score})
-        engine = engines[0] if len(engines) == 1 else "mixed: " + ", ".join(engines) if engines else None
         return {
             **figures,
-            "engine": engine,
+            "engine": engine_of(records),
             "engine_note": MOCK_NOTE if ENGINE_MOCK in engines else None,
             "per_episode": per_episode,
         }

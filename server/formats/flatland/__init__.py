@@ -22,7 +22,7 @@ from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
 
 FORMAT = Format(
     name="flatland",
-    rules={"neurips2020": lambda options: NeurIPS2020(), "flatland3": lambda options: Flatland3()},
+    rules={"neurips2020": NeurIPS2020, "flatland3": Flatland3},  # each made with the options (Flatland has none)
     make_plan=FlatlandPlan,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),

@@ -1,5 +1,8 @@
 """Flatland's scoring rules (docs/formats/flatland.md): per-episode normalized return, then the mean (NeurIPS
-2020) or the sum (flatland-rl 4.3.0's own rule) over episodes; secondary: mean fraction arrived."""
+2020) or the sum (flatland-rl 4.3.0's own rule) over episodes; secondary: mean fraction arrived.
+
+Leaderboard figures: ``normalized_return`` and ``arrived_fraction`` (the score's primary and
+secondary), and under NeurIPS 2020 ``round2_score``, the sum its round 2 ranked by."""
 
 from __future__ import annotations
 
@@ -8,7 +11,7 @@ import statistics
 from abc import abstractmethod
 from typing import Any
 
-from arbiter.server.core.scoring import spread
+from arbiter.server.core.scoring import figure, spread, sum_spread
 from arbiter.server.formats.base import Rule
 
 
@@ -41,6 +44,7 @@ class FlatlandRule(Rule):
     reported, and the reward scheme its envs are built with."""
 
     reward_model: str  # flatland's rewards the envs use (sent to clients, kept with replays)
+    primary_sums: bool = False  # the primary figure sums the episodes' normalized returns (not a mean)
 
     @abstractmethod
     def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float: ...
@@ -48,11 +52,34 @@ class FlatlandRule(Rule):
     @abstractmethod
     def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float: ...
 
+    def figures(self, episodes: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        spreads = score.get("spread") or {}
+        primary_spread = spreads.get("primary")
+        return [
+            figure(
+                "normalized_return",
+                score["primary_name"],
+                score["primary"],
+                higher_is_better=True,
+                # A sum's interval is in the sum's units, or it could not be set beside its value.
+                spread_map=sum_spread(primary_spread) if self.primary_sums else primary_spread,
+            ),
+            figure(
+                "arrived_fraction",
+                score["secondary_name"],
+                score["secondary"],
+                higher_is_better=True,
+                spec=".3f",
+                spread_map=spreads.get("secondary"),
+            ),
+        ]
+
 
 class NeurIPS2020(FlatlandRule):
     """docs/formats/flatland.md: normalized return in [−1, 0], mean over episodes; timeout → −1.0."""
 
     name = "neurips2020"
+    figure_names = ("normalized_return", "arrived_fraction", "round2_score")
     reward_model = "neurips2020"
 
     def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
@@ -70,12 +97,28 @@ class NeurIPS2020(FlatlandRule):
     def primary(self, episodes: list[dict[str, Any]]) -> float:
         return statistics.fmean(r["normalized_return"] for r in episodes)
 
+    def figures(self, episodes: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        """Beside the mean, NeurIPS 2020 round 2's figure: the sum over episodes of the normalized
+        return plus one (each episode counts between 0, not finished, and 1)."""
+        shifted = [r["normalized_return"] + 1.0 for r in episodes]
+        round2 = figure(
+            "round2_score",
+            "sum of normalized returns plus one (round 2)",
+            math.fsum(shifted),
+            higher_is_better=True,
+            spec=".3f",
+            spread_map=sum_spread(spread(shifted)) if shifted else None,
+        )
+        return [*super().figures(episodes, score), round2]
+
 
 class Flatland3(FlatlandRule):
     """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
 
     name = "flatland3"
+    figure_names = ("normalized_return", "arrived_fraction")
     reward_model = "flatland"
+    primary_sums = True
 
     def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
         if not finished:

@@ -12,6 +12,9 @@ Exactness: every operation is the challenge scorer's own, in its order: numpy's 
 rounding (``round`` on a numpy float rounds by scaling, unlike Python's correctly rounded
 ``round``), and sums accumulated left to right in dataset string order (Python 3.12's ``sum`` of
 floats compensates; the challenge's Python did not).
+
+Leaderboard figures: ``alc`` (the average ALC) and ``final_score`` (the average final score) of
+the run reported; the phase describes the evaluation beside them.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.server.core.scoring import spread
+from arbiter.server.core.scoring import figure, spread
 from arbiter.server.formats.base import Rule
 
 T0_S = 60.0  # the time scale of the log normalization: how much early performance counts
@@ -136,6 +139,7 @@ class AlcRule(Rule):
     with the format's options, or with none and a ``phase`` (a results folder rescored)."""
 
     name = "alc"
+    figure_names = ("alc", "final_score")
 
     def __init__(self, options: Any = None, *, phase: str = "dev", datasets: list[str] | None = None):
         super().__init__(options)
@@ -174,3 +178,19 @@ class AlcRule(Rule):
             "spread": {"primary": spread(alcs), "secondary": spread(finals)},
             "rule": {"t0_s": T0_S, "phase": self.phase, "rounding": 2 if self.phase == "final" else None},
         }
+
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        spreads = score.get("spread") or {}
+        return [
+            figure("alc", "average ALC", score["primary"], higher_is_better=True, spread_map=spreads.get("primary")),
+            figure(
+                "final_score",
+                "average final score",
+                score.get("secondary"),
+                higher_is_better=True,
+                spread_map=spreads.get("secondary"),
+            ),
+        ]
+
+    def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:
+        return {"phase": score.get("phase", self.phase)}

@@ -9,6 +9,8 @@
 Primary and secondary follow the phases that ran: phase 1 alone → phase1; phase 2 alone →
 convergence, then eval; both → phase1, then convergence.
 
+Leaderboard figures: ``phase1``, ``convergence`` (lower is better) and ``eval``, those that ran.
+
 The running figure (``primary``, shown after every item as the score so far) is the figure of
 the phase being played: phase 1's mean return while phase 1 runs, then the mean convergence step
 of the runs trained so far once phase 2 has begun (phase 1's figure is final by then, and would
@@ -20,7 +22,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from arbiter.server.core.scoring import spread
+from arbiter.server.core.scoring import figure, spread
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.two_phase.convergence import convergence_step, counts_for_convergence
 from arbiter.server.formats.two_phase.options import TwoPhaseOptions
@@ -30,6 +32,7 @@ FIGURES = {
     "convergence": ("mean convergence step", False),
     "eval": ("mean evaluation return after training", True),
 }
+FIGURE_SPECS = {"phase1": ".2f", "convergence": ".1f", "eval": ".2f"}  # how a leaderboard shows them
 
 
 def interquartile_mean(values: list[float]) -> float | None:
@@ -48,6 +51,7 @@ def interquartile_mean(values: list[float]) -> float | None:
 
 class TwoPhaseRule(Rule):
     name = "two-phase"
+    figure_names = ("phase1", "convergence", "eval")
     options: TwoPhaseOptions
 
     def runs(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -135,3 +139,18 @@ class TwoPhaseRule(Rule):
                 "penalty": self.options.phase2.penalty,
             },
         }
+
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        spreads = score.get("spread") or {}
+        return [
+            figure(
+                name,
+                title,
+                score[name],
+                higher_is_better=higher_is_better,
+                spec=FIGURE_SPECS[name],
+                spread_map=spreads.get(name),
+            )
+            for name, (title, higher_is_better) in FIGURES.items()
+            if score.get(name) is not None
+        ]

@@ -49,6 +49,7 @@ def test_the_registry_finds_the_format_and_the_preset_loads():
         "record_episodes",
         "accept_pickle",
         "budgets",
+        "leaderboard",
     }
     own = {k: v for k, v in preset.items() if k not in core}
     options = options_from_dict(DiambraSettings, own, "diambra.toml")

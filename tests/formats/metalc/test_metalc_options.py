@@ -35,7 +35,7 @@ def test_the_preset_loads_as_the_formats_options():
     with open(os.path.join(FORMAT.presets_dir, "metalc-wcci2022.toml"), "rb") as handle:
         data = tomllib.load(handle)
     assert (data["format"], data["scoring"]) == ("metalc", "alc")
-    core = {"format", "scoring", "seed", "budgets"}
+    core = {"format", "scoring", "seed", "budgets", "leaderboard"}
     options = options_from_dict(MetaLCOptions, {k: v for k, v in data.items() if k not in core}, "preset")
     assert options.phase == "dev" and options.meta_train_s > 0 and options.dataset_s > 0
     BudgetPolicy(**data["budgets"])

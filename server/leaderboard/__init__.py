@@ -1,0 +1,1 @@
+"""Leaderboards: a competition's ranking rebuilt from its results folders and its competition file."""

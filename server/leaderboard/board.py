@@ -1,0 +1,214 @@
+"""A competition's board, built from its results folders and its competition file alone.
+
+``build_board`` reads every results folder of the competition, leaves debug submissions out,
+lists the ones that cannot be ranked apart (failed, unscored), keeps each participant's submission
+by the policy, ranks them by the ranking, and says what the order cannot tell: neighbours whose
+intervals overlap, ties placed by submission time. Baselines are placed as unranked reference
+rows, achievements are listed per participant. The result is leaderboard.json's content; the CSV,
+the text table and the page (``page.render_page``) are drawn from it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.scoring import scoring_rule
+from arbiter.server.leaderboard.entries import Entry, read_entry, results_folders
+from arbiter.server.leaderboard.policy import Achievement
+from arbiter.server.leaderboard.ranking import BoardColumn, Placed, choose, not_separable, place, position_among
+
+
+def build_board(
+    spec: CompetitionSpec,
+    results_root: str,
+    *,
+    phase: str | None = None,
+    ranking: str | None = None,
+    policy: str | None = None,
+    reveal: bool = False,
+    now: datetime.datetime | None = None,
+) -> dict[str, Any]:
+    """The board of ``spec`` over ``results_root/<competition>/`` (leaderboard.json's content);
+    ``ranking`` and ``policy`` None: the competition file's."""
+    settings = spec.leaderboard
+    ranking = ranking or settings.ranking
+    policy = policy or settings.policy
+    phase = phase if phase is not None else settings.phase
+    if phase is not None and phase in settings.hidden_phases and not reveal:
+        raise ConfigError(
+            f"the {phase!r} board of {spec.name} is hidden until the organiser reveals it: add --reveal to write it"
+        )
+    rule_name = str(settings.scoring or spec.scoring)
+    folder = os.path.join(results_root, spec.name)
+    if not os.path.isdir(folder):
+        present = sorted(e for e in os.listdir(results_root) if os.path.isdir(os.path.join(results_root, e))) if (
+            os.path.isdir(results_root)) else None  # fmt: skip
+        where = "it does not exist" if present is None else f"it holds {', '.join(present) or 'no folder'}"
+        raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
+    names = _column_names(spec, rule_name)
+    entries = [
+        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=names)
+        for d in results_folders(folder)
+    ]
+    folders = len(entries)
+    debug_left_out = sum(1 for e in entries if e.debug)
+    entries = [e for e in entries if not e.debug]
+    phases = sorted({e.phase for e in entries if e.phase is not None})
+    if phase is None and len(phases) > 1:
+        raise ConfigError(f"the results of {spec.name} hold the phases {', '.join(phases)}: choose one with --phase")
+    if phase is not None:
+        entries = [e for e in entries if e.phase == phase]
+    scored = [e for e in entries if e.problem is None]
+    columns = _columns(names, scored, rule_name)
+    per = settings.per
+    groups = sorted({_group(e, per) for e in scored}, key=str) if per else [None]
+    rows: list[dict[str, Any]] = []
+    baselines: list[dict[str, Any]] = []
+    for group in groups:
+        # One ranking per value of the ``per`` field (a game): a participant's submissions to
+        # another game neither compete nor count here.
+        mine = [e for e in entries if not per or _group(e, per) == group]
+        ranked = place(choose([e for e in mine if e.problem is None], columns, ranking, policy), columns, ranking)
+        separable = not_separable(ranked, columns[0]) if ranked else {}
+        by_participant: dict[str, list[Entry]] = {}
+        for entry in mine:
+            by_participant.setdefault(entry.participant, []).append(entry)
+        rows += [{**_row(p, by_participant, separable, settings.achievements), "group": group} for p in ranked]
+        for baseline in settings.baselines:
+            shown = _baseline(spec, baseline, results_root, rule_name, names, ranked, columns, ranking)
+            if not per or _group_of(shown["context"], per) == group:
+                baselines.append({**shown, "group": group})
+    unranked = sorted((e for e in entries if e.problem is not None), key=lambda e: e.when)
+    return {
+        "competition": spec.name,
+        "format": spec.format,
+        "phase": phase,
+        "scoring": rule_name,
+        "generated_at": (now or datetime.datetime.now(datetime.UTC)).isoformat(timespec="seconds"),
+        "ranking": ranking,
+        "policy": policy,
+        "per": per,
+        "columns": [c.as_dict() for c in columns],
+        "rows": rows,
+        "baselines": baselines,
+        "unranked": [_unranked(e) for e in unranked],
+        "achievements": [a.as_dict() for a in settings.achievements],
+        "counts": {
+            "folders": folders,
+            "ranked": len(rows),
+            "unranked": len(unranked),
+            "debug_left_out": debug_left_out,
+            "baselines": len(baselines),
+        },
+    }
+
+
+def _group_of(context: dict[str, Any], per: str) -> str:
+    found = context.get(per)
+    return "(none)" if found is None else str(found)
+
+
+def _group(entry: Entry, per: str) -> str:
+    return _group_of({per: entry.described_by(per)}, per)
+
+
+def _column_names(spec: CompetitionSpec, rule_name: str) -> tuple[str, ...]:
+    if spec.leaderboard.columns:
+        return spec.leaderboard.columns
+    rule = scoring_rule(spec.format, rule_name, spec.options)
+    return tuple(getattr(rule, "figure_names", ("primary", "secondary"))[:2])
+
+
+def _columns(names: tuple[str, ...], scored: list[Entry], rule_name: str) -> list[BoardColumn]:
+    """The board's columns, titled and directed as the figures say (the first entry holding each)."""
+    columns = []
+    for name in names:
+        figure = next((e.figures[name] for e in scored if name in e.figures), None)
+        if figure is None:
+            columns.append(BoardColumn(name, name, "higher"))
+        else:
+            columns.append(BoardColumn(name, figure["title"], figure["direction"], figure["spec"]))
+    return columns
+
+
+def _row(
+    placed: Placed, by_participant: dict[str, list[Entry]], separable: dict[str, list[str]], achievements: Any
+) -> dict[str, Any]:
+    entry = placed.entry
+    own = by_participant[entry.participant]
+    timed = [e for e in own if e.submitted_at]
+    return {
+        "rank": placed.rank,
+        "participant": entry.participant,
+        "submission": entry.submission,
+        "submitted_at": entry.submitted_at,
+        "results": entry.results,
+        "figures": {
+            name: {k: figure[k] for k in ("value", "ci95", "std", "n")} for name, figure in entry.figures.items()
+        },
+        "rank_score": placed.rank_score,
+        "submissions": len(own),
+        "last_submission_at": max(timed, key=lambda e: e.when).submitted_at if timed else None,
+        "context": entry.context,
+        "achievements": unlocked(own, achievements),
+        "not_separable_from": separable.get(entry.participant, []),
+        "tie_broken_by_time": bool(placed.tied_with),
+        "tied_with": [t.participant for t in placed.tied_with],
+        "rescored": entry.rescored,
+    }
+
+
+def unlocked(own: list[Entry], achievements: tuple[Achievement, ...]) -> list[dict[str, Any]]:
+    """The achievements a participant's scored submissions unlocked, each with the earliest
+    submission that did."""
+    scored = sorted((e for e in own if e.problem is None), key=lambda e: e.when)
+    found = []
+    for achievement in achievements:
+        for number, entry in enumerate(scored):
+            if achievement.unlocked_by(entry.fields(), first=number == 0):
+                found.append({"name": achievement.name, "submission": entry.submission})
+                break
+    return found
+
+
+def _baseline(
+    spec: CompetitionSpec,
+    baseline: Any,
+    results_root: str,
+    rule_name: str,
+    names: tuple[str, ...],
+    ranked: list[Placed],
+    columns: list[BoardColumn],
+    ranking: str,
+) -> dict[str, Any]:
+    folder = baseline.results if os.path.isabs(baseline.results) else os.path.join(results_root, baseline.results)
+    if not os.path.isfile(os.path.join(folder, "summary.json")):
+        raise ConfigError(f"baseline {baseline.name!r}: {folder} is not a results folder (it holds no summary.json)")
+    entry = read_entry(folder, results_root, format_name=spec.format, rule_name=rule_name, columns=names)
+    if entry.problem is not None:
+        raise ConfigError(f"baseline {baseline.name!r} ({folder}) cannot be shown: {entry.problem}")
+    return {
+        "name": baseline.name,
+        "results": entry.results,
+        "shown_before_rank": position_among(ranked, entry, columns, ranking) if ranked else None,
+        "figures": {
+            name: {k: figure[k] for k in ("value", "ci95", "std", "n")} for name, figure in entry.figures.items()
+        },
+        "context": entry.context,
+        "rescored": entry.rescored,
+    }
+
+
+def _unranked(entry: Entry) -> dict[str, Any]:
+    return {
+        "participant": entry.participant,
+        "submission": entry.submission,
+        "state": entry.state,
+        "cause": entry.problem,
+        "submitted_at": entry.submitted_at,
+        "results": entry.results,
+    }

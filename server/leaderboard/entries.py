@@ -1,0 +1,166 @@
+"""The submissions a board is built from: every results folder of a competition, read once.
+
+A results folder is any folder holding a summary.json (``arbiter worker`` lays them out as
+``RESULTS_ROOT/<competition>/<submission id>/``; a local run's folder counts too). Its figures
+are the ones its summary.json recorded when the board's rule is the rule its evaluation was
+scored with; under another rule they are recomputed from its episodes.jsonl (``rescored``), so a
+changed rule rebuilds the board from the records, never from a stored ranking.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.rescore import EPISODES_FILE, SUMMARY_FILE, read_summary, summary_rule
+from arbiter.server.formats import get_format
+from arbiter.server.service.results import read_records
+
+SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
+
+
+@dataclass
+class Entry:
+    """One results folder as a board sees it."""
+
+    results_dir: str
+    results: str  # the folder, relative to the results root (what the board prints)
+    participant: str
+    submission: str  # the submission id (the folder's name when the summary names none)
+    submitted_at: str | None  # ISO-8601
+    debug: bool
+    phase: str | None
+    state: str
+    cause: str | None  # why the evaluation ended as it did (its termination cause)
+    figures: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → value, direction, spread ...
+    context: dict[str, Any] = field(default_factory=dict)
+    options: dict[str, Any] = field(default_factory=dict)  # the evaluation's options, as recorded
+    rescored: bool = False  # figures recomputed under a rule other than the evaluation's own
+    problem: str | None = None  # why it cannot be ranked (None: it can)
+
+    @property
+    def when(self) -> tuple[float, str]:
+        """Submission order: earlier first; a folder without a time after every timed one."""
+        return (_timestamp(self.submitted_at), self.submission)
+
+    def value(self, column: str) -> float | None:
+        figure = self.figures.get(column)
+        return None if figure is None else figure.get("value")
+
+    def described_by(self, field_name: str) -> Any:
+        """A context field's value; for an evaluation that reported none (it failed), the option
+        of that name it ran with (a DIAMBRA evaluation's game)."""
+        found = self.context.get(field_name)
+        return self.options.get(field_name) if found is None else found
+
+    def fields(self) -> dict[str, Any]:
+        """What an achievement's conditions read: the context, then every figure's value."""
+        return {**self.context, **{name: figure.get("value") for name, figure in self.figures.items()}}
+
+
+def _timestamp(text: str | None) -> float:
+    if not text:
+        return float("inf")
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        return float("inf")
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    return moment.timestamp()
+
+
+def results_folders(root: str) -> list[str]:
+    """Every folder under ``root`` holding a summary.json, in name order (a results folder's own
+    subfolders, its replays, are not looked into)."""
+    found = []
+    for folder, subfolders, files in os.walk(root):
+        subfolders.sort()
+        if SUMMARY_FILE in files:
+            found.append(folder)
+            subfolders[:] = []
+    return found
+
+
+def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str, columns: tuple[str, ...]) -> Entry:
+    """The folder as an entry of a board scored by ``rule_name``; a folder that cannot be ranked
+    carries its ``problem``, never an exception (one bad folder does not hide the others)."""
+    relative = os.path.relpath(results_dir, root)
+    try:
+        summary = read_summary(results_dir)
+    except ConfigError as exc:
+        return Entry(results_dir, relative, os.path.basename(results_dir), os.path.basename(results_dir),
+                     None, False, None, "UNREADABLE", None, problem=str(exc))  # fmt: skip
+    identity = summary.get("submission") if isinstance(summary.get("submission"), dict) else {}
+    options = summary.get("options") if isinstance(summary.get("options"), dict) else {}
+    phase = identity.get("phase") if identity.get("phase") is not None else options.get("phase")
+    entry = Entry(
+        results_dir=results_dir,
+        results=relative,
+        participant=str(identity.get("participant") or os.path.basename(results_dir)),
+        submission=str(identity.get("id") or summary.get("service_id") or os.path.basename(results_dir)),
+        submitted_at=_submitted_at(identity, summary),
+        debug=bool(identity.get("debug", summary.get("debug", False))),
+        phase=None if phase is None else str(phase),
+        state=str(summary.get("state")),
+        cause=summary.get("termination_cause"),
+        options=options,
+    )
+    if summary.get("format") not in (None, format_name):
+        entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
+        return entry
+    if entry.state != SCORED_STATE:
+        entry.problem = f"the evaluation ended {entry.state}" + (f": {entry.cause}" if entry.cause else "")
+        return entry
+    try:
+        _score(entry, summary, rule_name)
+    except (ConfigError, OSError, ValueError, KeyError, TypeError) as exc:
+        entry.problem = f"cannot be scored under {rule_name!r}: {exc}"
+        return entry
+    missing = [c for c in columns if entry.value(c) is None]
+    if missing:
+        entry.problem = f"no {', '.join(missing)} figure (the evaluation computed none)"
+    return entry
+
+
+def _submitted_at(identity: dict[str, Any], summary: dict[str, Any]) -> str | None:
+    found = identity.get("submitted_at")
+    if isinstance(found, (int, float)) and not isinstance(found, bool):  # a Unix time
+        return datetime.datetime.fromtimestamp(found, datetime.UTC).isoformat(timespec="seconds")
+    return str(found or summary.get("started_at") or "") or None
+
+
+def _score(entry: Entry, summary: dict[str, Any], rule_name: str) -> None:
+    """The entry's figures: as recorded under the evaluation's own rule, else recomputed."""
+    recorded = summary.get("leaderboard") if isinstance(summary.get("leaderboard"), dict) else {}
+    if summary.get("scoring") == rule_name and recorded.get("figures"):
+        entry.figures = {f["name"]: _figure(f) for f in recorded["figures"]}
+        entry.context = dict(recorded.get("context") or {})
+        return
+    spec, rule = summary_rule(entry.results_dir, summary, rule_name)
+    records = read_records(os.path.join(entry.results_dir, EPISODES_FILE))
+    hook = get_format(spec.format).rescore
+    scored = hook(rule, records) if hook is not None else records
+    if not scored:
+        raise ValueError(f"{EPISODES_FILE} holds no records")
+    score = json.loads(json.dumps(rule.aggregate(scored)))  # as summary.json would hold it
+    entry.figures = {f["name"]: _figure(f) for f in rule.figures(scored, score)}
+    entry.context = dict(rule.context(scored, score))
+    entry.rescored = summary.get("scoring") != rule_name
+
+
+def _figure(figure: dict[str, Any]) -> dict[str, Any]:
+    spread = figure.get("spread") or {}
+    return {
+        "value": figure.get("value"),
+        "title": figure.get("title") or figure["name"],
+        "direction": figure.get("direction", "higher"),
+        "spec": figure.get("spec") or ".4f",
+        "ci95": spread.get("ci95"),
+        "std": spread.get("std"),
+        "n": spread.get("n"),
+    }

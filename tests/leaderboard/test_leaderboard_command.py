@@ -1,0 +1,87 @@
+"""`arbiter leaderboard` as an organiser runs it: three files written, the table printed, who moved
+since an earlier board, and one clear line with exit status 2 for bad input."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from board_folders import competition_file, write_folder
+
+from arbiter.server.cli.main import main
+
+TABLE = '[leaderboard]\ncolumns = ["phase1", "convergence"]\nranking = "lexicographic"'
+
+
+def board_folders(root: Path) -> None:
+    write_folder(root, "cup", "sub-a", "alice", {"phase1": 400.0, "convergence": 3000.0}, minutes=1)
+    write_folder(root, "cup", "sub-b", "bob", {"phase1": 300.0, "convergence": 1000.0}, minutes=2)
+    write_folder(root, "cup", "sub-x", "xavier", {}, minutes=3, state="INTERRUPTED")
+
+
+def test_the_command_writes_three_files_and_prints_the_table(tmp_path, capsys):
+    board_folders(tmp_path / "results")
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    out = tmp_path / "board"
+    assert main(["leaderboard", "--results-root", str(tmp_path / "results"), "--competition", str(cup),
+                 "--out", str(out)]) == 0  # fmt: skip
+    printed = capsys.readouterr().out
+    lines = printed.splitlines()
+    assert lines[0].startswith("cup: lexicographic ranking, each participant's best submission")
+    assert "phase1 ↑" in lines[1] and "convergence ↓" in lines[1]
+    assert lines[2].split()[:4] == ["1", "alice", "400.000", "3000.000"]
+    assert lines[3].split()[:4] == ["2", "bob", "300.000", "1000.000"]
+    assert "not ranked: xavier sub-x: the evaluation ended INTERRUPTED" in printed
+    board = json.loads((out / "leaderboard.json").read_text())
+    assert [r["participant"] for r in board["rows"]] == ["alice", "bob"]
+    rows = list(csv.DictReader((out / "leaderboard.csv").open()))
+    assert [(r["kind"], r["rank"], r["participant"], r["phase1"]) for r in rows] == [
+        ("ranked", "1", "alice", "400.0"),
+        ("ranked", "2", "bob", "300.0"),
+        ("unranked", "", "xavier", ""),
+    ]
+    assert (out / "leaderboard.html").read_text().lstrip().lower().startswith("<!doctype html>")
+
+
+def test_a_changed_ranking_rebuilds_the_board_and_diff_says_who_moved(tmp_path, capsys):
+    results = tmp_path / "results"
+    board_folders(results)
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    args = ["leaderboard", "--results-root", str(results), "--competition", str(cup), "--json"]
+    assert main(args) == 0
+    old = tmp_path / "old.json"
+    old.write_text(capsys.readouterr().out)
+    # Convergence first: bob's faster training now ranks him first; a newcomer arrives.
+    write_folder(results, "cup", "sub-c", "carol", {"phase1": 100.0, "convergence": 20000.0}, minutes=4)
+    cup.write_text(cup.read_text().replace('["phase1", "convergence"]', '["convergence", "phase1"]'))
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--diff", str(old)]) == 0
+    printed = capsys.readouterr().out
+    assert f"since {old}:" in printed
+    assert "bob: 2 → 1 (up 1)" in printed and "alice: 1 → 2 (down 1)" in printed and "carol: new at 3" in printed
+    default_out = results / "leaderboards" / "cup" / "leaderboard.json"
+    assert [r["participant"] for r in json.loads(default_out.read_text())["rows"]] == ["bob", "alice", "carol"]
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--diff",
+                 str(default_out)]) == 0  # fmt: skip
+    assert "nobody moved" in capsys.readouterr().out
+
+
+def test_bad_input_gets_one_line_and_exit_status_2(tmp_path, capsys):
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    cases = [
+        (["--results-root", str(tmp_path), "--competition", "no-such-cup"], "unknown competition 'no-such-cup'"),
+        (["--results-root", str(tmp_path / "missing"), "--competition", str(cup)], "it does not exist"),
+        (["--results-root", str(tmp_path), "--competition", str(cup), "--diff", str(cup)], "not a leaderboard.json"),
+    ]
+    for args, message in cases:
+        assert main(["leaderboard", *args]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("arbiter: error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "leaderboards").exists()
+
+
+def test_report_on_a_folder_of_submissions_points_to_the_leaderboard(tmp_path, capsys):
+    board_folders(tmp_path / "results")
+    assert main(["report", str(tmp_path / "results" / "cup")]) == 2
+    err = capsys.readouterr().err
+    assert "holds 3" in err and f"arbiter leaderboard --results-root {tmp_path / 'results'} --competition cup" in err
