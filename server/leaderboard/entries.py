@@ -21,6 +21,7 @@ from arbiter.server.formats import get_format
 from arbiter.server.service.results import read_records
 
 SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
+RUNNING_STATE = "RUNNING"
 
 
 @dataclass
@@ -112,6 +113,9 @@ def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str,
     )
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
+        return entry
+    if entry.state == RUNNING_STATE:  # a summary written before the end (a checkpoint)
+        entry.problem = "the evaluation has not ended yet"
         return entry
     if entry.state != SCORED_STATE:
         entry.problem = f"the evaluation ended {entry.state}" + (f": {entry.cause}" if entry.cause else "")

@@ -58,7 +58,8 @@ def unranked_section(board: dict[str, Any]) -> str:
         f'<th scope="col">{label}</th>' for label in ("participant", "submission", "state", "cause", "submitted")
     )
     return (
-        '<section><h2>Not ranked</h2><p class="note">Submissions whose evaluation ended without a score.</p>'
+        '<section><h2>Not ranked</h2><p class="note">Submissions that cannot be ranked: their evaluation '
+        "failed, has not ended, or lacks a figure the board needs.</p>"
         f'<div class="scroll"><table class="unranked"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(lines)}</tbody></table></div></section>"
     )

@@ -132,15 +132,17 @@ def test_failed_and_unscored_are_listed_apart_and_debug_never_appears(tmp_path):
     write_folder(tmp_path, "cup", "sub-ok", "ok", {"phase1": 300.0, "eval": 400.0}, minutes=1)
     write_folder(tmp_path, "cup", "sub-failed", "failed", {}, minutes=2, state="INTERRUPTED")
     write_folder(tmp_path, "cup", "sub-half", "half", {"phase1": 500.0, "eval": None}, minutes=3)
+    write_folder(tmp_path, "cup", "sub-running", "runner", {}, minutes=5, state="RUNNING")
     write_folder(tmp_path, "cup", "sub-debug", "debugger", {"phase1": 999.0, "eval": 999.0}, minutes=4, debug=True)
     (tmp_path / "cup" / "not-results").mkdir()  # a folder without summary.json is not a submission
     board = build_board(spec, str(tmp_path))
     assert [r["participant"] for r in board["rows"]] == ["ok"]
     unranked = {u["participant"]: u for u in board["unranked"]}
-    assert set(unranked) == {"failed", "half"}
+    assert set(unranked) == {"failed", "half", "runner"}
+    assert unranked["runner"]["cause"] == "the evaluation has not ended yet"
     assert unranked["failed"]["state"] == "INTERRUPTED" and "handshake" in unranked["failed"]["cause"]
     assert "no eval figure" in unranked["half"]["cause"]
-    assert board["counts"] == {"folders": 4, "ranked": 1, "unranked": 2, "debug_left_out": 1, "baselines": 0}
+    assert board["counts"] == {"folders": 5, "ranked": 1, "unranked": 3, "debug_left_out": 1, "baselines": 0}
     assert "debugger" not in str(board["rows"]) + str(board["unranked"])
 
 
