@@ -150,7 +150,7 @@ class Endings:
 
     def finish(self, state: State, cause: str, now: float) -> None:
         evaluation = self.evaluation
-        evaluation.prepared = None
+        evaluation.opener.discard()
         evaluation.state = state
         evaluation.termination_cause = cause
         evaluation.finished_at = now

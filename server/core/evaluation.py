@@ -35,6 +35,7 @@ from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSI
 from arbiter.server.core import summary as evaluation_summary
 from arbiter.server.core.budgets import BudgetPolicy, TimeBank, Wait
 from arbiter.server.core.endings import Endings, State
+from arbiter.server.core.opening import ItemOpener
 from arbiter.server.core.restarts import Restarts
 from arbiter.server.core.resume import resume_point
 from arbiter.server.core.scoring import ScoringRule
@@ -114,11 +115,7 @@ class Evaluation:
         self._planning_s: float | None = None
         self._invalid_actions = 0
         self.bank = TimeBank(budgets.time_bank_s)
-        # The next item, opened ahead while the evaluator would otherwise wait (see prepare_ahead),
-        # so loading its env rarely sits between an ENV_CREATE and its reply. Only for plans whose
-        # items have envs of their own: opening one must not touch the running item's env.
-        self._prepare_ahead: bool = plan.prepare_ahead
-        self.prepared: tuple[int, OpenItem | Exception] | None = None
+        self.opener = ItemOpener(plan)  # the next item, opened while the agent thinks (opening.py)
         # Its two parts, each read on its own: how it ends (deadlines, timeouts, the final state)
         # and who plays it (restarts, takeovers, a client of another format).
         self.endings = Endings(self)
@@ -210,7 +207,7 @@ class Evaluation:
                 done[EXTENSION_KEY] = {"finished": True}
             return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, done)
         item = self.items[self.next_index]
-        self.current = self._open(self.next_index)
+        self.current = self.opener.open(self.next_index)
         self.next_index += 1
         body = self._with_item(self.current.create_payload(), item)
         self._episode_think = array("d")
@@ -297,32 +294,13 @@ class Evaluation:
         return reply(FLATLAND_RL.ENV_SUBMIT_RESPONSE, self.submit_payload())
 
     def preparation_pending(self) -> bool:
-        index = self.next_index
-        return (
-            self._prepare_ahead
-            and not self.finished
-            and index < self.total
-            and (self.prepared is None or self.prepared[0] != index)
-        )
+        return not self.finished and self.next_index < self.total and self.opener.pending(self.next_index)
 
     def prepare_ahead(self) -> None:
         """Open the next item now; the service loop calls this only when no deadline is near and
         nothing is queued, so the work never delays a budget decision."""
         if self.preparation_pending():
-            index = self.next_index
-            try:
-                self.prepared = (index, self.plan.open(self.items[index]))
-            except Exception as exc:  # raised when the episode is asked for, where it can be reported
-                self.prepared = (index, exc)
-
-    def _open(self, index: int) -> OpenItem:
-        if self.prepared is not None and self.prepared[0] == index:
-            opened = self.prepared[1]
-            self.prepared = None
-            if isinstance(opened, Exception):
-                raise opened
-            return opened
-        return self.plan.open(self.items[index])
+            self.opener.prepare(self.next_index)
 
     # -- bookkeeping --------------------------------------------------------------------------
 
