@@ -273,15 +273,20 @@ class ResultsStore:
         self.add_episodes([record])
 
     def add_episodes(self, records: list[dict[str, Any]]) -> None:
-        """One item's records (a training run holds many): appended in one write and
-        fsynced, then results.csv rewritten once. Either both happen or neither does."""
+        """One item's records (a training run holds many): appended to episodes.jsonl in one
+        write and fsynced, then their rows to results.csv. Either both happen or neither does.
+
+        results.csv is episodes.jsonl's table and is rebuilt from it whenever an evaluation
+        resumes or takes items back, so its rows are appended without an fsync of their own:
+        a process killed at any point leaves what it wrote in the page cache, and a machine
+        that loses power loses at most rows that the resume writes again."""
         if not records:
             return
         rows = [self._csv_row(record) for record in records]
         with self._writing(self.episodes_path):
             size_before = _append(self.episodes_path, item_lines(records))
         try:
-            self._write_csv(self._csv_rows + rows)
+            self._append_csv(rows)
         except ResultsUnwritable:
             _cut(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
             raise
@@ -322,13 +327,35 @@ class ResultsStore:
         if new:
             _append(self.replayed_path, new)
 
-    def _write_csv(self, rows: list[dict[str, Any]], sync_folder: bool = False) -> None:
+    def _csv_text(self, rows: list[dict[str, Any]], header: bool) -> str:
         out = io.StringIO()
         writer = csv.DictWriter(out, fieldnames=self.csv_columns, extrasaction="ignore", lineterminator="\n")
-        writer.writeheader()
+        if header:
+            writer.writeheader()
         writer.writerows(rows)
+        return out.getvalue()
+
+    def _write_csv(self, rows: list[dict[str, Any]], sync_folder: bool = False) -> None:
         with self._writing(self.csv_path):
-            _atomic_write(self.csv_path, out.getvalue(), sync_folder=sync_folder)
+            _atomic_write(self.csv_path, self._csv_text(rows, header=True), sync_folder=sync_folder)
+
+    def _append_csv(self, rows: list[dict[str, Any]]) -> None:
+        """``rows`` at the end of results.csv (with the header first in a new file) in one
+        write; one the disk cuts short is taken back."""
+        with self._writing(self.csv_path):
+            handle = os.open(self.csv_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
+            try:
+                size = os.fstat(handle).st_size
+                view = memoryview(self._csv_text(rows, header=size == 0).encode())
+                try:
+                    while view:
+                        view = view[os.write(handle, view) :]
+                except OSError:
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(handle, size)
+                    raise
+            finally:
+                os.close(handle)
 
     def write_replay(self, index: int, replay: dict[str, Any]) -> None:
         """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation.

@@ -171,3 +171,66 @@ def test_a_folder_that_is_gone_raises_results_unwritable_and_is_remembered(tmp_p
     with pytest.raises(ResultsUnwritable):
         store.write_summary({"state": "INTERRUPTED"})
     assert store.unwritable is first  # the first refusal is the evaluation's cause
+
+
+def test_rows_appended_item_by_item_are_the_table_a_resume_rebuilds(tmp_path):
+    store = store_in(str(tmp_path))
+    for index in range(5):
+        store.add_episodes(item(index, [float(index)] * (index % 3 + 1)))
+    appended = Path(store.csv_path).read_bytes()
+    assert appended.count(b"index,unit,score") == 1  # the header once, at the top
+    resumed = store_in(str(tmp_path))
+    resumed.load_for_resume()
+    assert Path(resumed.csv_path).read_bytes() == appended
+
+
+def test_a_results_csv_torn_mid_row_is_rebuilt_whole_by_the_resume(tmp_path):
+    # results.csv's rows are not fsynced (episodes.jsonl's are): a power loss may cut it anywhere.
+    store = store_in(str(tmp_path))
+    for index in range(3):
+        store.add_episodes(item(index, [1.5, 2.5]))
+    whole = Path(store.csv_path).read_bytes()
+    Path(store.csv_path).write_bytes(whole[: len(whole) - 7])
+    resumed = store_in(str(tmp_path))
+    assert len(resumed.load_for_resume()) == 6
+    assert Path(resumed.csv_path).read_bytes() == whole
+
+
+ADDER = """
+import sys
+sys.path.insert(0, {tests!r})
+from test_results import item, store_in
+store = store_in({folder!r})
+store.start_fresh()
+for index in range(100_000):
+    store.add_episodes(item(index, [float(index), 0.5]))
+    print(index, flush=True)  # add_episodes returned: the item is finished
+"""
+
+
+@pytest.mark.parametrize("kill_after", [1, 7, 40, 150])
+def test_a_sigkill_at_any_point_loses_no_finished_item(tmp_path, kill_after):
+    import signal
+    import subprocess
+    import sys
+
+    folder = tmp_path / "r"
+    code = ADDER.format(tests=str(Path(__file__).parent), folder=str(folder))
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    finished = -1
+    try:
+        for line in child.stdout:
+            finished = int(line)
+            if finished + 1 >= kill_after:
+                break
+        os.kill(child.pid, signal.SIGKILL)  # in the middle of the items after it: wherever it is
+    finally:
+        child.kill()
+        child.wait()
+    resumed = store_in(str(folder))
+    records = resumed.load_for_resume()
+    indices = sorted({record["index"] for record in records})
+    assert indices[: finished + 1] == list(range(finished + 1))  # every finished item, whole
+    assert indices == list(range(len(indices)))  # and nothing torn or out of order after them
+    assert all(sum(r["index"] == i for r in records) == 2 for i in indices)
+    assert [int(row["index"]) for row in csv_rows(resumed)] == [record["index"] for record in records]
