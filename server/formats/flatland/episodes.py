@@ -159,6 +159,11 @@ class FlatlandTestFolder:
             for i, p in enumerate(paths)
         ]
         self.metadata_columns, self.metadata = self._read_metadata()
+        # flatland's env modules load now, with the service, not at the first episode: the
+        # process then sets aside what it has loaded before serving (service/build.py's
+        # gc.freeze), and the collection before each episode (``open``) scans only what
+        # episodes left behind, not every object of flatland's modules again and again.
+        release_flatland_caches()
 
     def _read_metadata(self) -> tuple[list[str], dict[str, dict[str, str]]]:
         path = os.path.join(self.tests_dir, "metadata.csv")

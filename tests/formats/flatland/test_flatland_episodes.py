@@ -98,3 +98,30 @@ def test_the_same_seed_resets_the_same_episode(tiny_tests):
     finally:
         first.close()
         second.close()
+
+
+OPENING = """
+import gc, sys
+from arbiter.server.formats.flatland.episodes import FlatlandTestFolder
+folder = FlatlandTestFolder(sys.argv[1], seed=5)
+loaded = set(sys.modules)
+gc.freeze()  # what a service does once it is built (service/build.py)
+for spec in folder.episodes[:2]:
+    episode = folder.open(spec, "neurips2020")
+    episode.close()
+print(sorted(name for name in set(sys.modules) - loaded if name.startswith("flatland")))
+print(sum(1 for obj in gc.get_objects() if type(obj).__module__.startswith("flatland") and isinstance(obj, type)))
+"""
+
+
+def test_flatlands_modules_load_with_the_folder_so_each_episodes_collection_skips_them(tiny_tests):
+    # Modules imported after the service froze what it had loaded are scanned again by the
+    # collection that opening every episode runs.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", OPENING, tiny_tests], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported_by_episodes, flatland_classes_in_sight = done.stdout.splitlines()
+    assert imported_by_episodes == "[]"
+    assert flatland_classes_in_sight == "0"
