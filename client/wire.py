@@ -130,7 +130,7 @@ class Wire:
 
     def _discard_pending_errors(self) -> None:
         give_up = time.monotonic() + self.reply_timeout_s
-        while self._with_reconnect(lambda: self.redis.rpop(self.errors_key), FLATLAND_RL.PING, give_up) is not None:
+        while self._with_reconnect(self._take_error, FLATLAND_RL.PING, give_up) is not None:
             pass
 
     def _takeover_wait_s(
@@ -159,7 +159,7 @@ class Wire:
         # a timeout is refused there, never applied, so the timeout is raised all the same.
         fold = type_ == FLATLAND_RL.ENV_STEP and raise_pending and self.resend_all and self.pipelined
         if not fold:
-            pending = self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+            pending = self._with_reconnect(self._take_error, type_, give_up)
             if raise_pending:
                 self._raise_pending_timeout(pending)
         channel = self._new_channel()
@@ -182,7 +182,7 @@ class Wire:
         if isinstance(error, TimeoutException):
             # The evaluator also posted this timeout on the errors list (before answering):
             # it is told now, so it must not be raised a second time by the next call.
-            self._with_reconnect(lambda: self.redis.rpop(self.errors_key), type_, give_up)
+            self._with_reconnect(self._take_error, type_, give_up)
         raise error
 
     def _send_and_await(
@@ -220,6 +220,12 @@ class Wire:
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
         return response
+
+    def _take_error(self) -> bytes | None:
+        """The errors list's next entry, on the connection the requests use (redis-py's own
+        call costs as much again in Python as the round trip)."""
+        (error,) = self.packets.run([("RPOP", self.errors_key)])
+        return error
 
     def _push_and_wait(self, message: bytes, channel: str, block_s: float, take_error: bool = False) -> Any:
         """LPUSH the request and BLPOP its reply in one packet: one round trip where two would
