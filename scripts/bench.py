@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Benchmark arbiter against a plain in-process loop and against flatland-rl's own evaluator.
 
-    python scripts/bench.py [--rounds R] [--warmup W] [--envs N] [--quick] [--full] [--json PATH]
+    python scripts/bench.py [--rounds R] [--warmup W] [--envs N] [--quick] [--full] [--tcp] [--json PATH]
 
 One deterministic agent (actions a pure function of episode, step and handle) plays the same
 reference test set (bench_flatland.REFERENCE_LEVELS, generated with a fixed seed) four ways:
@@ -13,9 +13,11 @@ reference test set (bench_flatland.REFERENCE_LEVELS, generated with a fixed seed
             recorder, the distance map computed when first read): the same env work as the
             arbiter agent, so arbiter/lean is what the evaluator itself costs;
   arbiter   ``arbiter serve`` in one process, the agent on ``arbiter.client.RemoteClient`` in
-            another, over a redis-server this script starts on a free loopback port;
+            another, over a redis-server this script starts: through its unix socket, as
+            ``arbiter run`` connects them, or with ``--tcp`` on its loopback port;
   flatland  flatland-rl's ``FlatlandRemoteEvaluationService`` in one process (main thread: it
-            uses SIGALRM), the agent on its ``FlatlandRemoteClient`` in another.
+            uses SIGALRM), the agent on its ``FlatlandRemoteClient`` in another, over the same
+            redis-server's loopback port (the only way they connect).
 
 The paths alternate within each round (direct, lean, arbiter, flatland, direct, ...) so that noise
 shows as spread. Every agent runs in its own subprocess (``--worker MODE``, a mode of this
@@ -26,7 +28,8 @@ inside each ``env_step`` and the wait for each ``env_create`` reply, by wrapping
 their instances (bench_workers.time_calls). Both remote paths must see exactly the direct loop's
 trajectories (same steps and arrivals per episode, on the client and on the server side), else
 MISMATCH and exit 1. The targets (bench_report.TARGETS: arbiter against the direct loop and
-against flatland-rl's evaluator) are judged on the median of the per-round ratios.
+against flatland-rl's evaluator, judged on the median of the per-round ratios; against the lean
+loop, judged on its least favourable round) are printed with their verdicts.
 
 Also measured (each can be skipped): protocol-only throughput (empty ENV_STEP requests through
 ``RemoteClient.env_step`` with an env that does nothing, no env work on either side), the client's
@@ -72,7 +75,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
 
     tests = reference_test_set(envs, args.cache_dir)
     with BenchSession("arbiter-bench-", script=Path(__file__).resolve(), keep=args.keep) as session:
-        bench = Bench(args, session, session.start_redis(tcp=True))  # flatland-rl's sides need TCP
+        tcp_url = session.start_redis(tcp=True)  # flatland-rl's client and service speak loopback TCP only
+        # arbiter's sides meet as arbiter run connects them, through the server's unix socket (--tcp: loopback TCP)
+        bench = Bench(args, session, tcp_url if args.tcp else session.redis.local_url)
+        transport = "arbiter and flatland-rl over loopback TCP"
+        if not args.tcp:
+            transport = "arbiter over Redis's unix socket, as arbiter run; flatland-rl over loopback TCP, its only way"
         runners = {"direct": bench.run_direct, "lean": bench.run_lean, "arbiter": bench.run_arbiter,
                    "flatland": bench.run_flatland}  # fmt: skip
         pairs: list[list[dict[str, Any]]] = []  # two lean loops at once, per round (--no-contention: none)
@@ -90,7 +98,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         reference = runs["direct"][0]["episodes"]
         config = {"testset_seed": TESTSET_SEED, "eval_seed": EVAL_SEED, "rounds": args.rounds,
                   "warmup_rounds": args.warmup, "envs": len(reference), "quick": args.quick, "full": args.full,
-                  "tests": str(tests), "agent": AGENT_RULE}  # fmt: skip
+                  "tests": str(tests), "agent": AGENT_RULE, "transport": transport}  # fmt: skip
         report = paths_report(config, runs, pairs)
 
         if not args.no_protocol:
@@ -123,7 +131,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     # flatland-rl's client and service speak loopback TCP only: every path uses it (no --tcp)
-    add_run_options(parser, workers=WORKERS, rounds=5, timeout_s=900.0, reply_timeout_s=300.0, tcp=False)
+    add_run_options(parser, workers=WORKERS, rounds=5, timeout_s=900.0, reply_timeout_s=300.0)
     parser.add_argument("--envs", type=int, default=0, help="play only the first N reference levels (0 = all)")
     quick = ", ".join(f"{key} {value}" for key, value in QUICK.items())
     parser.add_argument("--quick", action="store_true", help=f"a small, fast run for tests: {quick}")

@@ -22,7 +22,8 @@ steps, then ``--steps`` timed steps, resetting at each episode's end with the ev
 
 Every run is a process of its own (``--worker PATH``: bench_diambra_workers.py); the paths
 alternate within a round. Reported per shape: steps per second (median over rounds), the
-remote/in-process ratio (median of the per-round ratios, against ``TARGET``), the bytes of one
+remote/in-process ratio (median of the per-round ratios; ``TARGET`` is judged on the least
+favourable round), the bytes of one
 step reply as arbiter's codec encodes it, and the bytes Redis received and sent per step in the
 remote runs (its ``total_net_input_bytes`` and ``total_net_output_bytes``: requests, replies,
 protocol overhead and the handshake included).
@@ -64,7 +65,9 @@ from harness import (
     write_json,
 )
 
-TARGET = Target("remote_over_inprocess", "RemoteEnv", "the env in process", "in steps/s", 0.5, at_least=True)
+TARGET = Target(
+    "remote_over_inprocess", "RemoteEnv", "the env in process", "in steps/s", 0.6, at_least=True, every_round=True
+)
 MOCK_FPS = 1000  # diambra-arena's default frame rate, which its engine mock sleeps by
 
 
@@ -141,7 +144,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         "server_step_mean_s": statistics.median(r["server_step_mean_s"] for r in remote),
         "agent_think_mean_s": statistics.median(r["agent_think_mean_s"] for r in remote),
         "target": TARGET.report(ratio),
-        "met": TARGET.met(ratio["median"]),
+        "met": TARGET.met(TARGET.judged(ratio)),
     }
 
 

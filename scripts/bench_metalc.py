@@ -2,7 +2,7 @@
 """Benchmark MetaLC's development phase through arbiter against the same phase in process.
 
     python scripts/bench_metalc.py [--tests DIR] [--agent-module NAME] [--rounds R] [--warmup W]
-                                   [--quick] [--json PATH] [--keep]
+                                   [--quick] [--profile DIR] [--json PATH] [--keep]
 
 One agent of examples/metalc_agent (default ``agent``, which ranks the algorithms by their mean
 final test score and takes turns among the best) plays the development phase of one
@@ -28,9 +28,15 @@ score; the evaluator's records too), else MISMATCH and exit 1.
 Reported: wall time per path, the ratio arbiter / in process (its target: ``TARGET``), the overhead per
 ``suggest`` ((arbiter − in process) / suggestions), the same without the runner's per-fold process
 starts (each fold's agent is a fresh interpreter importing it), what those starts took, and the
-round trip of one step as the runner sees it. ``--quick``: a small, fast run for tests
-(``QUICK``). Only 127.0.0.1 is used; every process this script starts (and its redis-server) is stopped by
-pid on the way out.
+round trip of one step as the runner sees it. Then what arbiter adds apart from the folds'
+processes, from the runner's own timings of its requests, each judged on its least favourable
+round: per suggest inside a dataset (``SUGGEST_TARGET``: the step's round trip and the relay to
+the fold's process, less the in-process cost of a suggest and its step) and per dataset
+(``DATASET_TARGET``: its ENV_CREATE, and what its last step costs beyond a plain one, the
+finished item's record made durable). ``--quick``: a small, fast run for tests (``QUICK``);
+``--profile DIR``: then one more arbiter run with the evaluator and the runner under py-spy.
+Only 127.0.0.1 is used; every process this script starts (and its redis-server) is stopped by pid
+on the way out.
 
 Exit status: 0 checks passed; 1 MISMATCH; 2 a run failed, timed out or was interrupted.
 """
@@ -44,6 +50,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import bench_profile
+from figures import Threshold
 from harness import (
     REPO,
     BenchSession,
@@ -70,6 +78,14 @@ AGENTS_DIR = REPO / "examples" / "metalc_agent"
 PRESET = "metalc-wcci2022"
 PATHS = ("inprocess", "arbiter")
 TARGET = Target("ratio_arbiter_over_inprocess", "arbiter", "the phase in process", "in wall time", 2.0, at_least=False)
+# What arbiter adds, apart from the folds' processes: to each suggest inside a dataset (the step's
+# round trip and the relay to the fold's process, less what the suggest and its step cost in
+# process), and to each dataset (its ENV_CREATE, and what its last step costs beyond a plain one:
+# the finished item's record, durable before the next dataset opens).
+SUGGEST_TARGET = Threshold(name="suggest_overhead_us", what="arbiter's overhead per suggest", unit="µs",
+                           bound=150, at_least=False)  # fmt: skip
+DATASET_TARGET = Threshold(name="dataset_overhead_us", what="arbiter's overhead per dataset opened and closed",
+                           unit="µs", bound=1000, at_least=False)  # fmt: skip
 ROUND1_SIZE = {"datasets": 30, "algorithms": 20}
 QUICK = {"rounds": 1, "warmup": 0, "datasets": 12, "algorithms": 6}
 
@@ -109,23 +125,46 @@ def worker_inprocess(args: argparse.Namespace) -> int:
 def worker_arbiter(args: argparse.Namespace) -> int:
     from arbiter.client import metalc
     from arbiter.client.wire import Wire
-    from arbiter.protocol.messages import FLATLAND_RL
+    from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
 
-    step_s: list[float] = []
+    step_s: list[float] = []  # every ENV_STEP round trip as the runner sees it
+    closing_s: list[float] = []  # those whose reply ended a dataset (its record written)
+    create_s: list[float] = []  # the ENV_CREATE round trips that opened a dataset within a fold
+    fold_create_s: list[float] = []  # those that opened a fold's first dataset (its meta-training data)
+    relay_s: list[float] = []  # the runner's requests to the fold's process for an action
     last_step_at = [0.0]
 
     class TimedWire(Wire):
-        """Times every ENV_STEP round trip as the runner sees it, and when the last one ended."""
+        """Times every ENV_STEP and ENV_CREATE round trip as the runner sees it, and when the
+        last step ended."""
 
         def request(self, type_: str, payload: dict[str, Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-            if type_ != FLATLAND_RL.ENV_STEP:
+            if type_ not in (FLATLAND_RL.ENV_STEP, FLATLAND_RL.ENV_CREATE):
                 return super().request(type_, payload, *args, **kwargs)
             before = time.perf_counter()
             reply = super().request(type_, payload, *args, **kwargs)
-            last_step_at[0] = time.perf_counter()
-            step_s.append(last_step_at[0] - before)
+            after = time.perf_counter()
+            body = reply.get("payload") or {}
+            if type_ == FLATLAND_RL.ENV_CREATE:
+                ext = body.get(EXTENSION_KEY) or {}
+                if not ext.get("finished"):
+                    (fold_create_s if "meta_train" in ext else create_s).append(after - before)
+                return reply
+            last_step_at[0] = after
+            step_s.append(after - before)
+            if body.get("done"):
+                closing_s.append(after - before)
             return reply
 
+    class TimedFold(metalc.FoldProcess):
+        def request(self, message: list[Any], expected: str) -> list[Any]:
+            before = time.perf_counter()
+            answer = super().request(message, expected)
+            if message[0] == "observe":
+                relay_s.append(time.perf_counter() - before)
+            return answer
+
+    metalc.FoldProcess = TimedFold  # the runner makes its folds' processes through the module
     began = time.perf_counter()
     wire = TimedWire(args.redis_url, args.service_id, reply_timeout_s=args.reply_timeout)
     runner = metalc.Runner(wire, metalc.Submission.checked(str(AGENTS_DIR), args.agent_module))
@@ -135,10 +174,16 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     submit = time.perf_counter() - last_step_at[0]  # the last ENV_CREATE, and ENV_SUBMIT's scoring
     wall = last_step_at[0] - began
     wire.close()
+    steady = sorted(step_s)
+    for closing in closing_s:
+        steady.remove(closing)
     emit({"path": "arbiter", "setup_s": setup, "wall_s": wall, "submit_s": submit, "score": scores.get("score"),
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
           "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
-          "folds": len(runner.fold_start_s)})  # fmt: skip
+          "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady),
+          "closing_step_mean_s": statistics.fmean(closing_s), "create_mean_s": statistics.fmean(create_s),
+          "fold_create_mean_s": statistics.fmean(fold_create_s),
+          "relay_mean_s": statistics.fmean(relay_s)})  # fmt: skip
     return 0
 
 
@@ -156,17 +201,36 @@ class MetaLCBench(Runs):
             worker = procs.worker(f"inprocess-{label}", "inprocess", *options)
             procs.wait([worker], self.args.timeout)
             return worker.result()
+        return self.run_arbiter(label)
+
+    def run_arbiter(self, label: str, profile_dir: Path | None = None) -> dict[str, Any]:
+        """One evaluation; with ``profile_dir``, the evaluator and the runner run under py-spy
+        (the folds' processes are the agent's and run as they are)."""
+        options = ["--tests", self.args.tests, "--agent-module", self.args.agent_module]
         service_id = new_service_id(label)
         results = self.results_dir(service_id)
         serve = serve_argv(self.redis_url, service_id, results, "--competition", PRESET, "--tests", self.args.tests)
-        agent = procs.worker_argv("arbiter", *options, "--redis-url", self.redis_url, "--service-id", service_id,
-                                  "--reply-timeout", str(self.args.reply_timeout))  # fmt: skip
+        agent = self.procs.worker_argv("arbiter", *options, "--redis-url", self.redis_url, "--service-id",
+                                       service_id, "--reply-timeout", str(self.args.reply_timeout))  # fmt: skip
+        if profile_dir is not None:
+            serve = bench_profile.wrap(serve, profile_dir / "server.txt")
+            agent = bench_profile.wrap(agent, profile_dir / "runner.txt")
         out = self.session.evaluate(label, serve, agent, self.args.timeout)
         written = read_results(results)
         out["state"] = written["state"]
         out["figures"] = figures(written["records"])
         out["server_step_mean_s"] = written["server_step_mean_s"]
         return out
+
+    def profile(self, profile_dir: Path) -> dict[str, Any]:
+        profile_dir.mkdir(parents=True, exist_ok=True)
+        out = self.run_arbiter("profile", profile_dir)
+        return {
+            "dir": str(profile_dir),
+            "wall_s_under_py_spy": out["wall_s"],
+            "runner": bench_profile.rank(profile_dir / "runner.txt"),
+            "server": bench_profile.rank(profile_dir / "server.txt"),
+        }
 
 
 def check_runs(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
@@ -183,15 +247,25 @@ def check_runs(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
     return problems
 
 
+# the means each arbiter run reports of its requests' round trips (see worker_arbiter)
+PARTS = ("steady_step_mean_s", "relay_mean_s", "create_mean_s", "closing_step_mean_s", "fold_create_mean_s")
+
+
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     suggests = runs["inprocess"][0]["suggests"]
     pairs = list(zip(runs["arbiter"], runs["inprocess"], strict=True))
     overhead = [(a["wall_s"] - b["wall_s"]) / suggests for a, b in pairs]
     # the same without the folds' process starts (a fresh interpreter importing the agent, per fold)
     overhead_in_folds = [(a["wall_s"] - a["fold_start_s"] - b["wall_s"]) / suggests for a, b in pairs]
+    # per round: what a suggest inside a dataset and what a dataset's opening and closing add
+    per_suggest = [a["steady_step_mean_s"] + a["relay_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
+    per_dataset = [a["create_mean_s"] + a["closing_step_mean_s"] - a["steady_step_mean_s"] for a, _ in pairs]
     arbiter = runs["arbiter"]
     return {
         "suggests": suggests,
+        "suggest_overhead_s": {**spread(per_suggest), "per_round": per_suggest},
+        "dataset_overhead_s": {**spread(per_dataset), "per_round": per_dataset},
+        "parts_s": {name: statistics.median(r[name] for r in arbiter) for name in PARTS},
         "datasets": len(runs["inprocess"][0]["figures"]),
         "wall_s": {path: spread([r["wall_s"] for r in runs[path]]) for path in PATHS},
         "ratio_arbiter_over_inprocess": per_round_ratios(runs["arbiter"], runs["inprocess"], "wall_s"),
@@ -230,6 +304,19 @@ def print_table(report: dict[str, Any]) -> None:
     print(f"of which the {starts['folds']} folds' process starts: {starts['median'] * 1e3:.0f} ms each "
           f"[{starts['min'] * 1e3:.0f}–{starts['max'] * 1e3:.0f}]; overhead per suggest without them: "
           f"{in_folds['median'] * 1e6:.0f} µs [{in_folds['min'] * 1e6:.0f}–{in_folds['max'] * 1e6:.0f}]")  # fmt: skip
+    parts, suggest, dataset = s["parts_s"], s["suggest_overhead_s"], s["dataset_overhead_s"]
+    print(f"inside a dataset, per suggest: the step's round trip {parts['steady_step_mean_s'] * 1e6:.0f} µs and the "
+          f"relay to the fold's process {parts['relay_mean_s'] * 1e6:.0f} µs (means), less the suggest and its step "
+          f"in process: {suggest['median'] * 1e6:.0f} µs "
+          f"[{suggest['min'] * 1e6:.0f}–{suggest['max'] * 1e6:.0f}]")  # fmt: skip
+    print(f"per dataset: its ENV_CREATE {parts['create_mean_s'] * 1e6:.0f} µs and its last step "
+          f"{parts['closing_step_mean_s'] * 1e6:.0f} µs (the record written) against a plain step's "
+          f"{parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
+          f"[{dataset['min'] * 1e6:.0f}–{dataset['max'] * 1e6:.0f}]; a fold's first ENV_CREATE (its meta-training "
+          f"data) {parts['fold_create_mean_s'] * 1e3:.1f} ms")  # fmt: skip
+    for threshold, figure in ((SUGGEST_TARGET, suggest), (DATASET_TARGET, dataset)):
+        values = [v * 1e6 for v in figure["per_round"]]
+        print(threshold.line(values, [f"round {i}" for i in range(1, len(values) + 1)]))
     print(f"then the last ENV_CREATE and ENV_SUBMIT (the scores, with their bootstrap intervals): "
           f"{s['submit_s'] * 1e3:.1f} ms, not counted above")  # fmt: skip
     print_checks_and_time(report, "figures", "in process, the runner's and the evaluator's")
@@ -253,6 +340,10 @@ def run_benchmark(args: argparse.Namespace) -> int:
         bench = MetaLCBench(args, session, session.start_redis(args.tcp))
         runs = alternate_rounds(args.rounds, args.warmup, (PATHS, PATHS[::-1]), bench.run,
                                 lambda r: f"{r['wall_s'] * 1e3:8.1f} ms")  # fmt: skip
+        profile = None
+        if args.profile:
+            print(f"bench: profiling one more arbiter run under py-spy into {args.profile}", flush=True)
+            profile = bench.profile(Path(args.profile))
     if session.failed():
         return 2
     mismatches = check_runs(runs)
@@ -271,13 +362,22 @@ def run_benchmark(args: argparse.Namespace) -> int:
         "machine": machine_info(),
         "summary": summary,
         "target": TARGET.report(summary[TARGET.ratio]),
+        "thresholds": [
+            SUGGEST_TARGET.report([v * 1e6 for v in summary["suggest_overhead_s"]["per_round"]]),
+            DATASET_TARGET.report([v * 1e6 for v in summary["dataset_overhead_s"]["per_round"]]),
+        ],
         "checks": checks_report(mismatches, runs),
         "raw_runs": {name: [{k: v for k, v in r.items() if k != "figures"} for r in runs[name]] for name in PATHS},
+        "profile": profile,
         "total_s": time.monotonic() - began,
         "json_path": args.json,
     }
     write_json(args.json, report)
     print_table(report)
+    if profile:
+        print(f"profile ({profile['wall_s_under_py_spy'] * 1e3:.0f} ms under py-spy; stacks in {profile['dir']}):")
+        bench_profile.print_ranking("runner (arbiter.client.metalc)", profile["runner"])
+        bench_profile.print_ranking("evaluator (arbiter serve)", profile["server"])
     return 1 if mismatches else 0
 
 
@@ -287,6 +387,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tests", metavar="DIR", help="meta-dataset folder (default: a synthetic one, round 1 sized)")
     parser.add_argument("--agent-module", default="agent", help="agent of examples/metalc_agent (default agent)")
     parser.add_argument("--seed", type=int, default=0, help="the synthetic meta-dataset's seed (default 0)")
+    parser.add_argument("--profile", metavar="DIR", help="then one arbiter run under py-spy: stacks and rankings")
     quick = ", ".join(f"{key} {value}" for key, value in QUICK.items())
     parser.add_argument("--quick", action="store_true", help=f"a small, fast run for tests: {quick}")
     return parser

@@ -60,6 +60,7 @@ from harness import (
     serve_argv,
     write_json,
 )
+from redis_floor import floor_checks, floor_level, print_floor, worker_floor_answer, worker_floor_ask
 from redis_load import (
     CALIBRATION_BAND,
     PACE_STEPS_PER_S,
@@ -241,6 +242,11 @@ def run(args: argparse.Namespace) -> int:
             levels.append(one_level(session, redis_url, count, args))
             print(f"bench: {count} at once: Redis {100 * levels[-1]['redis_cpu_share']:.2f} % of a core for "
                   f"{levels[-1]['steps_per_s']:.0f} steps/s", flush=True)  # fmt: skip
+        floor = None
+        if not args.no_floor:
+            floor = floor_level(session, redis_url, counts[-1], steps_needed(args), args)
+            print(f"bench: {counts[-1]} bare exchanges: Redis {100 * floor['redis_cpu_share']:.2f} % of a core for "
+                  f"{floor['steps_per_s']:.0f} steps/s", flush=True)  # fmt: skip
         models = []
         for count in model_counts:
             models.append(model_level(session, redis_url, count, args))
@@ -261,12 +267,14 @@ def run(args: argparse.Namespace) -> int:
                          "real_s": real_by_count[m["evaluations"]]["redis_cpu_per_step_s"],
                          "ratio": m["redis_cpu_per_step_s"] / real_by_count[m["evaluations"]]["redis_cpu_per_step_s"]}
                         for m in models if m["evaluations"] in real_by_count), None)  # fmt: skip
-    problems = checks(levels) + model_checks(models, args.think)
+    problems = checks(levels) + floor_checks(floor) + model_checks(models, args.think)
     heading = (f"one redis-server, N evaluations at once (arbiter serve + RemoteEnv agent thinking "
                f"{1000 * args.think:g} ms a step, CartPole), {session.transport}, window {args.window:g} s, "
                f"{pinned or 'Redis sharing the CPUs with the evaluations'}; "
                f"{machine_line(machine)}")  # fmt: skip
     print_report(levels, prediction, heading)
+    if floor:
+        print_floor(floor, levels[-1])
     if models:
         print_models(models, calibration)
     # What one core carries is read where Redis is loaded as a farm loads it, at the most modelled
@@ -285,9 +293,13 @@ def run(args: argparse.Namespace) -> int:
                         + ("; the modelled agents kept the pace" if models else "")
                         if not problems else "; ".join(problems)))  # fmt: skip
     write_json(args.json, {"machine": machine, "think_s": args.think, "levels": levels, "prediction": prediction,
-                           "models": models, "calibration": calibration, "model_trusted": model_trusted,
+                           "floor": floor, "models": models, "calibration": calibration, "model_trusted": model_trusted,
                            "target": TARGET.report(values), "problems": problems})  # fmt: skip
     return 1 if problems else 0
+
+
+WORKERS = {"agent": worker_agent, "model": worker_model, "floor-ask": worker_floor_ask,
+           "floor-answer": worker_floor_answer}  # fmt: skip
 
 
 def main() -> int:
@@ -310,7 +322,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="2 and 4 at once, short windows")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
-    parser.add_argument("--worker", choices=["agent", "model"], help=argparse.SUPPRESS)
+    parser.add_argument("--no-floor", action="store_true", help="skip the bare exchanges (the floor, run at the "
+                        "largest --evaluations count)")  # fmt: skip
+    parser.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     for hidden in ("--redis-url", "--service-id", "--ready", "--go", "--out"):
         parser.add_argument(hidden, help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, help=argparse.SUPPRESS)
@@ -318,7 +332,7 @@ def main() -> int:
     parser.add_argument("--reply-timeout", type=float, default=300.0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        return worker_model(args) if args.worker == "model" else worker_agent(args)
+        return WORKERS[args.worker](args)
     if args.quick:
         for name, value in QUICK.items():
             setattr(args, name, value)

@@ -13,6 +13,8 @@ from harness import Target, machine_info, machine_line, median_of, per_round_rat
 PEERS = ("direct", "lean", "flatland")  # what arbiter's wall time is compared with
 TARGETS = (
     Target("arbiter_over_direct", "arbiter", "the direct loop", "in wall time", 1.15, at_least=False),
+    # the evaluator's own cost: the lean loop does the same env work as arbiter's agent
+    Target("arbiter_over_lean", "arbiter", "the lean loop", "in wall time", 1.10, at_least=False, every_round=True),
     Target("arbiter_over_flatland", "arbiter", "flatland-rl's own evaluator", "in wall time", 0.6, at_least=False),
 )
 
@@ -123,7 +125,7 @@ def print_table(report: dict[str, Any]) -> None:
     print()
     print(
         f"arbiter benchmark — the reference levels (seed {cfg['testset_seed']}), {len(ref)} envs, "
-        f"{sum(e['steps'] for e in ref)} steps; {cfg['rounds']} round(s); {machine_line(mach)}"
+        f"{sum(e['steps'] for e in ref)} steps; {cfg['rounds']} round(s); {machine_line(mach)}; {cfg['transport']}"
     )
     print("reference trajectories (the direct loop; both remote paths must match, client and server side):")
     for e in ref:

@@ -38,6 +38,16 @@ def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
         assert all(stat["calls"] > 0 and stat["usec"] >= 0 for stat in commands.values())
         # an agent that thinks 50 ms before each request makes at most one more than window / 50 ms in it
         assert 0 < level["steps_per_s_per_evaluation"] <= 20 + 1 / level["window_s"]
+    # the floor: bare exchanges at the largest count, four commands a step and nothing else
+    floor = report["floor"]
+    assert floor["evaluations"] == 4 and floor["askers_covering_window"] == 4
+    assert floor["commands_per_step"]["lpush"] == pytest.approx(2, abs=0.1)
+    assert floor["commands_per_step"]["blpop"] == pytest.approx(2, abs=0.1)
+    per_step = floor["redis_cpu_share"] * floor["window_s"] / floor["agent_steps"]
+    assert floor["redis_cpu_per_step_s"] == pytest.approx(per_step)
+    assert floor["evaluations_per_core"] == pytest.approx(1 / (20 * floor["redis_cpu_per_step_s"]))
+    ratio = levels[-1]["redis_cpu_per_step_s"] / floor["redis_cpu_per_step_s"]
+    assert f"cost Redis {ratio:.2f} × the bare exchange" in done.stdout
     prediction = report["prediction"]
     assert prediction["predicted_share"] == pytest.approx(levels[-1]["steps_per_s"] * levels[0]["redis_cpu_per_step_s"])
     models = report["models"]
