@@ -138,6 +138,9 @@ class FlatlandEpisode:
             env.obs_builder.env = None
 
 
+_flatland_set_aside = False  # flatland's modules are loaded and, if the process freezes, frozen
+
+
 class FlatlandTestFolder:
     """The env adapter for a Flatland test folder."""
 
@@ -159,11 +162,6 @@ class FlatlandTestFolder:
             for i, p in enumerate(paths)
         ]
         self.metadata_columns, self.metadata = self._read_metadata()
-        # flatland's env modules load now, with the service, not at the first episode: the
-        # process then sets aside what it has loaded before serving (service/build.py's
-        # gc.freeze), and the collection before each episode (``open``) scans only what
-        # episodes left behind, not every object of flatland's modules again and again.
-        release_flatland_caches()
 
     def _read_metadata(self) -> tuple[list[str], dict[str, dict[str, str]]]:
         path = os.path.join(self.tests_dir, "metadata.csv")
@@ -181,6 +179,13 @@ class FlatlandTestFolder:
         # Earlier episodes' envs are garbage once flatland's caches let go of them; each sits in
         # a reference cycle (env <-> observation builder), so collect now rather than at some
         # later full pass: the evaluator's memory stays flat over thousands of episodes.
-        release_flatland_caches()
+        global _flatland_set_aside
+        release_flatland_caches()  # flatland's env modules load at the first call
         gc.collect()
+        if not _flatland_set_aside and gc.get_freeze_count():
+            # A process that set aside what it had loaded before serving (service/build.py's
+            # gc.freeze) sets aside flatland's modules too, now that they are loaded: each
+            # episode's collection then scans what episodes left behind, not those modules again.
+            gc.freeze()
+        _flatland_set_aside = True
         return FlatlandEpisode(self.tests_dir, spec, self.seed, reward_model)
