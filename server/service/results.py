@@ -210,7 +210,6 @@ class ResultsStore:
         self.replays_dir = os.path.join(directory, REPLAYS_DIR)
         self.csv_columns = csv_columns
         self._csv_row = csv_row
-        self._csv_rows: list[dict[str, Any]] = []
         # The first write the folder refused: the evaluation ends with it as its cause.
         self.unwritable: ResultsUnwritable | None = None
 
@@ -240,7 +239,6 @@ class ResultsStore:
                     os.remove(path)
             shutil.rmtree(self.replays_dir, ignore_errors=True)
             self._remove_temporaries()
-        self._csv_rows = []
 
     def load_for_resume(self) -> list[dict[str, Any]]:
         """The records of the whole items of an earlier, killed run; a torn tail (an item whose
@@ -258,8 +256,7 @@ class ResultsStore:
                 )
                 _cut(self.episodes_path, stored.whole_bytes)
         records = stored.records
-        self._csv_rows = [self._csv_row(record) for record in records]
-        self._write_csv(self._csv_rows)
+        self._write_csv([self._csv_row(record) for record in records])
         return records
 
     def previous_summary(self) -> dict[str, Any] | None:
@@ -290,7 +287,6 @@ class ResultsStore:
         except ResultsUnwritable:
             _cut(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
             raise
-        self._csv_rows.extend(rows)
 
     def withdraw_from(self, index: int) -> list[dict[str, Any]]:
         """Take the records of every item from ``index`` on out of the results; returns them.
@@ -313,7 +309,6 @@ class ResultsStore:
             _atomic_write(self.episodes_path, b"".join(item.data for item in kept), sync_folder=True)
         rows = [self._csv_row(record) for item in kept for record in item.records]
         self._write_csv(rows, sync_folder=True)
-        self._csv_rows = rows
         return [record for item in withdrawn for record in item.records]
 
     def _keep_replayed(self, items: list[StoredItem]) -> None:
