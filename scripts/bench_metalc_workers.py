@@ -49,6 +49,7 @@ def worker_arbiter(args: argparse.Namespace) -> int:
 
     step_s: list[float] = []  # every ENV_STEP round trip as the runner sees it
     closing_s: list[float] = []  # those whose reply ended a dataset (its record written)
+    steady_s: list[float] = []  # the others
     create_s: list[float] = []  # the ENV_CREATE round trips that opened a dataset within a fold
     fold_create_s: list[float] = []  # those that opened a fold's first dataset (its meta-training data)
     relay_s: list[float] = []  # the runner's requests to the fold's process for an action
@@ -72,8 +73,7 @@ def worker_arbiter(args: argparse.Namespace) -> int:
                 return reply
             last_step_at[0] = after
             step_s.append(after - before)
-            if body.get("done"):
-                closing_s.append(after - before)
+            (closing_s if body.get("done") else steady_s).append(after - before)
             return reply
 
     class TimedFold(metalc.FoldProcess):
@@ -94,13 +94,10 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     submit = time.perf_counter() - last_step_at[0]  # the last ENV_CREATE, and ENV_SUBMIT's scoring
     wall = last_step_at[0] - began
     wire.close()
-    steady = sorted(step_s)
-    for closing in closing_s:
-        steady.remove(closing)
     emit({"path": "arbiter", "setup_s": setup, "wall_s": wall, "submit_s": submit, "score": scores.get("score"),
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
           "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
-          "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady),
+          "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady_s),
           "closing_step_mean_s": statistics.fmean(closing_s), "create_mean_s": statistics.fmean(create_s),
           "fold_create_mean_s": statistics.fmean(fold_create_s),
           "relay_mean_s": statistics.fmean(relay_s)})  # fmt: skip
