@@ -150,6 +150,7 @@ class Endings:
 
     def finish(self, state: State, cause: str, now: float) -> None:
         evaluation = self.evaluation
+        evaluation.announce()  # the last items' notices come before the end's
         evaluation.opener.discard()
         evaluation.state = state
         evaluation.termination_cause = cause

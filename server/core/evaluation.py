@@ -82,6 +82,13 @@ class Evaluation:
         self.on_episode = on_episode
         self.on_finish = on_finish
         self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
+        # Records whose notices (``on_episode``: the event, the progress line) are still due. The
+        # service loop gives them out once the turn's reply has gone (``notices_after_reply``): they
+        # are no part of the agent's answer, which they would delay. A withdrawal, the end of the
+        # evaluation and the next item's records give out those still due first, so that every
+        # notice comes in order and shows the score as of its own item.
+        self.notices_after_reply = False
+        self._unannounced: list[dict[str, Any]] = []
 
         self.state = State.RUNNING
         self.termination_cause = ""
@@ -352,13 +359,23 @@ class Evaluation:
             client=self.client_session if played else None,
         )
         records = merge_records(item.index, item.unit, format_records, item_core, last_core)
+        self.announce()
         self.store.add_episodes(records)
         # All of the item's records first, then one notice each: the score so far that every
         # notice shows is the item's, computed once (a training run may hold thousands of episodes).
         self.records.extend(records)
         if self.on_episode is not None:
-            for record in records:
-                self.on_episode(record, self)
+            self._unannounced.extend(records)
+            if not self.notices_after_reply:
+                self.announce()
+
+    def announce(self) -> None:
+        """Give out the notices still due (``on_episode``, once per record written since the last call)."""
+        if not self._unannounced or self.on_episode is None:
+            return
+        due, self._unannounced = self._unannounced, []
+        for record in due:
+            self.on_episode(record, self)
 
     # -- reports ----------------------------------------------------------------------------
 

@@ -123,6 +123,7 @@ class Restarts:
     def _withdraw_from(self, start: int, cause: str, now: float) -> None:
         """Take items ``start`` on out of the results and play them again from ``start``."""
         evaluation = self.evaluation
+        evaluation.announce()  # the withdrawn items' notices come before the withdrawal's
         withdrawn = evaluation.store.withdraw_from(start)
         indices = sorted({r["index"] for r in evaluation.records if r["index"] >= start})
         evaluation.records = [r for r in evaluation.records if r["index"] < start]

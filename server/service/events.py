@@ -26,7 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 from arbiter.protocol import keys
-from arbiter.protocol.redis_conn import connect
+from arbiter.protocol.redis_conn import Packets, connect
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,9 @@ class EventLog:
         self._in_flight = False  # the publisher thread is waiting for Redis to take an event
         self._abandoned = False  # close() stopped waiting for the publisher and counted what it held
         self._redis = connect(redis_url, socket_timeout_s=EVENTS_SOCKET_TIMEOUT_S)
+        # The publisher's commands, packed and read straight on its socket: the thread holds the
+        # interpreter's lock for as little as it can, since the evaluator's turn waits for it.
+        self._packets = Packets(self._redis)
         self._queue: queue.Queue[Any] = queue.Queue(maxsize=EVENTS_QUEUE_LIMIT)
         try:
             # Appended, never truncated: a resumed evaluation continues the file of its first
@@ -238,13 +241,13 @@ class EventLog:
                 self._in_flight = False
 
     def _send(self, kind: str, line: str) -> None:
-        pipe = self._redis.pipeline(transaction=False)
+        commands: list[tuple[Any, ...]] = []
         if kind == STARTED:
-            pipe.persist(self.key)  # a resumed evaluation's stream may have been set to expire
-        pipe.xadd(self.key, {"event": kind, "data": line}, maxlen=self.maxlen, approximate=True)
+            commands.append(("PERSIST", self.key))  # a resumed evaluation's stream may have been set to expire
+        commands.append(("XADD", self.key, "MAXLEN", "~", self.maxlen, "*", "event", kind, "data", line))
         if kind == FINISHED:
-            pipe.expire(self.key, EVENTS_TTL_S)
-        pipe.execute()
+            commands.append(("EXPIRE", self.key, EVENTS_TTL_S))
+        self._packets.run(commands)
 
     def close(self, flush_s: float = EVENTS_FLUSH_S) -> None:
         """Wait up to ``flush_s`` for queued events to reach Redis; then release everything."""
@@ -265,6 +268,7 @@ class EventLog:
             self.dropped += pending
             log.warning("%d events did not reach Redis within %g s", pending, flush_s)
         else:
+            self._packets.close()
             self._redis.close()
         if self._file is not None:
             try:
