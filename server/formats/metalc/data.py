@@ -34,13 +34,18 @@ class LearningCurve:
     """One algorithm's curve on one dataset, as the challenge's agents receive it: ``timestamps``
     and ``scores`` are float64 numpy arrays (read-only here: the evaluator's copy is shared)."""
 
-    __slots__ = ("timestamps", "scores")
+    __slots__ = ("timestamps", "scores", "_times", "_scores")
 
     def __init__(self, timestamps: Any, scores: Any):
         self.timestamps = _frozen(timestamps)
         self.scores = _frozen(scores)
         if self.timestamps.shape != self.scores.shape or self.timestamps.ndim != 1 or not len(self.timestamps):
             raise ValueError("a learning curve needs as many scores as times, and at least one point")
+        # The same values as Python floats, which the lookups below scan once a step: a float64
+        # compares and converts to the same float either way, and reading a list costs no numpy
+        # scalar per point.
+        self._times: list[float] = self.timestamps.tolist()
+        self._scores: list[float] = self.scores.tolist()
 
     @classmethod
     def missing(cls) -> LearningCurve:
@@ -53,18 +58,21 @@ class LearningCurve:
         out of reach (rather than the last in reach) is the challenge's rule, and differs only on
         a curve whose times are not sorted."""
         reach = counter + delta_t
-        times = self.timestamps
-        for i in range(len(times)):
-            if reach < times[i]:
+        times = self._times
+        for i, time in enumerate(times):
+            if reach < time:
                 if i == 0:
                     return 0.0, 0.0
-                return float(self.scores[i - 1]), float(times[i - 1])
-        return float(self.scores[-1]), float(times[-1])
+                return self._scores[i - 1], times[i - 1]
+        return self._scores[-1], times[-1]
 
     def score_at(self, time: float) -> float | None:
-        """The score of the first point at exactly ``time``, None when the curve has no such point."""
-        hits = np.flatnonzero(self.timestamps == time)
-        return float(self.scores[hits[0]]) if len(hits) else None
+        """The score of the first point at exactly ``time``, None when the curve has no such point
+        (a NaN time is at no point)."""
+        for i, point in enumerate(self._times):
+            if point == time:
+                return self._scores[i]
+        return None
 
     def to_plain(self) -> dict[str, list[float]]:
         return {"timestamps": self.timestamps.tolist(), "scores": self.scores.tolist()}

@@ -25,7 +25,7 @@ import numpy as np
 
 from arbiter.protocol.errors import ConfigError, InvalidAction
 from arbiter.server.formats.metalc.data import LearningCurve, MetaDataset
-from arbiter.server.formats.metalc.scoring import dataset_figures
+from arbiter.server.formats.metalc.scoring import dataset_figures, round2
 
 Phase = Literal["dev", "final"]
 PHASES: tuple[Phase, ...] = ("dev", "final")
@@ -238,7 +238,7 @@ class DatasetEpisode:
         self.counters[name] = reached
         self.remaining_budget = self.remaining_budget - delta_t
 
-        end = float(np.around(self.time_budget - self.remaining_budget, decimals=2))
+        end = round2(self.time_budget - self.remaining_budget)
         self.step_count += 1
         credited_score = self._credited_score(credited_name, credited_time)
         step = Step(self.step_count, credited_name, credited_time, end, credited_score)

@@ -105,3 +105,44 @@ def test_malformed_folders_get_clear_errors(tmp_path):
         load_meta_dataset(str(root))
     with pytest.raises(ConfigError, match="line 2: expected 'key = value'"):
         parse_info("a = 1\nb = c = d\n", "x.info")
+
+
+def test_a_curves_lookups_follow_the_challenges_rules_on_any_curve():
+    """Against the rules read straight off the numpy arrays, on sorted, unsorted and NaN-holding
+    curves: the first point out of reach decides, and a time is found only where it is equal."""
+    import math
+
+    import numpy as np
+
+    from arbiter.server.formats.metalc.data import LearningCurve
+
+    def reached(times, scores, reach):
+        out = np.flatnonzero(reach < times)
+        if not len(out):
+            return float(scores[-1]), float(times[-1])
+        return (0.0, 0.0) if out[0] == 0 else (float(scores[out[0] - 1]), float(times[out[0] - 1]))
+
+    def at(times, scores, time):
+        hits = np.flatnonzero(times == time)
+        return float(scores[hits[0]]) if len(hits) else None
+
+    def same(got, expected):  # equal, NaN for NaN
+        return len(got) == len(expected) and all(
+            a == b or (math.isnan(a) and math.isnan(b)) for a, b in zip(got, expected, strict=True)
+        )
+
+    rng = np.random.default_rng(7)
+    for case in range(300):
+        size = int(rng.integers(1, 12))
+        times = np.round(rng.uniform(0, 100, size), 2)
+        if case % 3 == 0:
+            times.sort()
+        if case % 5 == 0:
+            times[rng.integers(0, size)] = np.nan
+        scores = rng.uniform(0, 1, size)
+        curve = LearningCurve(times, scores)
+        for counter, delta_t in zip(rng.uniform(0, 60, 8).tolist(), rng.uniform(0, 60, 8).tolist(), strict=True):
+            assert same(curve.last_point_within(delta_t, counter), reached(times, scores, counter + delta_t))
+        for time in [*times.tolist(), 0.0, -0.0, 101.0, math.nan]:
+            got, expected = curve.score_at(time), at(times, scores, time)
+            assert got == expected and type(got) is type(expected), (times, time)

@@ -50,3 +50,30 @@ def test_final_phase_figures_are_rounded_and_timeouts_and_unplayed_datasets_coun
     assert score.average_final_score == 0.22  # 0.67 / 3, rounded
     dev = phase_score([dict(r, phase="dev") for r in records], "dev")
     assert dev.average_final_score == 0.666 / 2  # unrounded, over the 2 datasets recorded
+
+
+# -- numpy's rounding, once a step ------------------------------------------------------------------
+
+
+def test_round2_is_numpys_two_decimal_rounding_to_the_bit():
+    import numpy as np
+
+    from arbiter.server.formats.metalc.scoring import round2
+
+    rng = np.random.default_rng(2022)
+    values = np.concatenate(
+        [
+            rng.uniform(-1e4, 1e4, 20_000),
+            rng.integers(-(10**6), 10**6, 20_000) / 200.0,  # exact halves of a hundredth: the ties
+            rng.integers(0, 10**6, 20_000) / 1000.0 + 0.005,
+            [0.0, -0.0, -0.001, 0.004999999999999999, 0.005, 0.015, 0.025, 1e300, -1e300, 2.0**60 + 0.5],
+            [math.inf, -math.inf, math.nan, 1e308],  # not finite, or not once scaled: numpy's own
+        ]
+    )
+    for value in values.tolist():
+        with np.errstate(over="ignore"):
+            expected = float(np.around(np.float64(value), decimals=2))
+        got = round2(value)
+        assert (got == expected or (math.isnan(got) and math.isnan(expected))) and (
+            math.copysign(1.0, got) == math.copysign(1.0, expected)
+        ), value
