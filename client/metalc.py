@@ -14,6 +14,9 @@ As the challenge's ingestion program did:
   ``suggest(observation)`` (None first) until the dataset's time budget is spent. The observation
   is ``(A, C_A, score)`` with A the very object the agent passed.
 
+Every step asks for the next dataset (``{"arbiter": {"next": true}}``): the one that ends a
+dataset brings the next one's ENV_CREATE reply, which spares a round trip per dataset.
+
 Unlike it, each fold's agent lives in a process of its own (``arbiter.client.metalc_fold``), so
 that no fold can remember another: a fold meta-trains on the other folds' test curves, which hold
 the datasets later folds are scored on. Per fold, a fresh interpreter imports the agent's module
@@ -280,17 +283,19 @@ class Runner:
             self._end_fold()
 
     def _play_until_submitted(self) -> dict[str, Any]:
+        body: dict[str, Any] | None = None  # the next dataset, when the last step's reply brought it
         while True:
-            try:
-                body = self.wire.request(FLATLAND_RL.ENV_CREATE, {})["payload"]
-            except TimeoutException as exc:  # told late of a timeout: the next request goes on
-                log.warning("%s", exc)
-                continue
+            if body is None:
+                try:
+                    body = self.wire.request(FLATLAND_RL.ENV_CREATE, {})["payload"]
+                except TimeoutException as exc:  # told late of a timeout: the next request goes on
+                    log.warning("%s", exc)
+                    continue
             ext = extension(body)
             if ext.get("finished"):
                 break
             self._begin(ext)
-            self._play_dataset(body["info"]["dataset_meta_features"], ext)
+            body = self._play_dataset(body["info"]["dataset_meta_features"], ext)
         self._end_fold()
         return self.wire.request(FLATLAND_RL.ENV_SUBMIT, {})["payload"]
 
@@ -323,23 +328,26 @@ class Runner:
             self.fold.close()
         self.fold, self.fold_key = None, None
 
-    def _play_dataset(self, dataset_meta_features: dict[str, str], ext: dict[str, Any]) -> None:
+    def _play_dataset(self, dataset_meta_features: dict[str, str], ext: dict[str, Any]) -> dict[str, Any] | None:
+        """Play one dataset to its end; the next dataset's ENV_CREATE reply when the last step's
+        reply brought it (each step asks for it: ``next``), else None."""
         fold = self.fold
         assert fold is not None
         answer = fold.request(["reset", dataset_meta_features], "action")
-        request, asks = self.wire.request, {"reply": True}
+        request, asks = self.wire.request, {"reply": True, "next": True}
         while True:
             try:
                 body = request(FLATLAND_RL.ENV_STEP, {"action": answer[1:], EXTENSION_KEY: asks})["payload"]
             except TimeoutException as exc:
                 self.timeouts += 1
                 log.warning("run %s, dataset %s: %s (it scores 0)", ext["run"], ext["dataset"], exc)
-                return
+                return None
             except InvalidAction as exc:
                 raise ArbiterError(f"run {ext['run']}, dataset {ext['dataset']}: {exc}") from None
             if body["done"]:
                 self.datasets += 1
-                return
+                next_dataset = extension(body).get("next")
+                return next_dataset if isinstance(next_dataset, dict) else None
             _, reached, score = body["observation"]
             answer = fold.request(["observe", reached, score], "action")
 

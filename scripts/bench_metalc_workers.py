@@ -48,10 +48,13 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
 
     step_s: list[float] = []  # every ENV_STEP round trip as the runner sees it
-    closing_s: list[float] = []  # those whose reply ended a dataset (its record written)
+    # those whose reply ended a dataset: its record written, and the next dataset opened and
+    # brought along (the runner asks for it), unless that one is a fold's first
+    closing_s: list[float] = []
     steady_s: list[float] = []  # the others
     create_s: list[float] = []  # the ENV_CREATE round trips that opened a dataset within a fold
-    fold_create_s: list[float] = []  # those that opened a fold's first dataset (its meta-training data)
+    # what brought a fold's first dataset (its meta-training data): an ENV_CREATE, or an ending step
+    fold_create_s: list[float] = []
     relay_s: list[float] = []  # the runner's requests to the fold's process for an action
     last_step_at = [0.0]
 
@@ -73,7 +76,11 @@ def worker_arbiter(args: argparse.Namespace) -> int:
                 return reply
             last_step_at[0] = after
             step_s.append(after - before)
-            (closing_s if body.get("done") else steady_s).append(after - before)
+            brought = (body.get(EXTENSION_KEY) or {}).get("next") or {}
+            if "meta_train" in (brought.get(EXTENSION_KEY) or {}):
+                fold_create_s.append(after - before)
+            else:
+                (closing_s if body.get("done") else steady_s).append(after - before)
             return reply
 
     class TimedFold(metalc.FoldProcess):
@@ -91,14 +98,15 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     setup = time.perf_counter() - began
     began = time.perf_counter()
     scores = runner.play()
-    submit = time.perf_counter() - last_step_at[0]  # the last ENV_CREATE, and ENV_SUBMIT's scoring
+    submit = time.perf_counter() - last_step_at[0]  # ENV_SUBMIT's scoring (and any last ENV_CREATE)
     wall = last_step_at[0] - began
     wire.close()
     emit({"path": "arbiter", "setup_s": setup, "wall_s": wall, "submit_s": submit, "score": scores.get("score"),
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
           "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
           "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady_s),
-          "closing_step_mean_s": statistics.fmean(closing_s), "create_mean_s": statistics.fmean(create_s),
+          "closing_step_mean_s": statistics.fmean(closing_s), "creates": len(create_s),
+          "create_mean_s": statistics.fmean(create_s) if create_s else 0.0,
           "fold_create_mean_s": statistics.fmean(fold_create_s),
           "relay_mean_s": statistics.fmean(relay_s)})  # fmt: skip
     return 0

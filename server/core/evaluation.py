@@ -30,14 +30,13 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.protocol.errors import OutOfOrder, TimeoutException
+from arbiter.protocol.errors import ArbiterError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 from arbiter.server.core import summary as evaluation_summary
 from arbiter.server.core.budgets import BudgetPolicy, TimeBank, Wait
 from arbiter.server.core.endings import Endings, State
 from arbiter.server.core.opening import ItemOpener
 from arbiter.server.core.restarts import Restarts
-from arbiter.server.core.resume import resume_point
 from arbiter.server.core.scoring import ScoringRule
 from arbiter.server.core.summary import core_fields, merge_records, stats
 from arbiter.server.formats.base import Item, OpenItem, Plan
@@ -82,11 +81,9 @@ class Evaluation:
         self.on_episode = on_episode
         self.on_finish = on_finish
         self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
-        # Records whose notices (``on_episode``: the event, the progress line) are still due. The
-        # service loop gives them out once the turn's reply has gone (``notices_after_reply``): they
-        # are no part of the agent's answer, which they would delay. A withdrawal, the end of the
-        # evaluation and the next item's records give out those still due first, so that every
-        # notice comes in order and shows the score as of its own item.
+        # Records whose notices (``on_episode``) are due: the service loop gives them once the turn's
+        # reply has gone (``notices_after_reply``); the next item's records, a withdrawal and the end
+        # give those still due first, so notices come in order, each with its own item's score.
         self.notices_after_reply = False
         self._unannounced: list[dict[str, Any]] = []
 
@@ -144,20 +141,6 @@ class Evaluation:
 
     def time_left_s(self, now: float) -> float:
         return max(0.0, self.budgets.overall_s - self.elapsed_s(now))
-
-    def restore(self, records: list[dict[str, Any]]) -> None:
-        """Continue a killed evaluation after its last finished item (``--resume``)."""
-        point = resume_point(records, self.items)
-        self.records = list(records)
-        self.next_index = point.items_done
-        self.used_before_s = point.used_before_s
-        self.successive_timeouts = point.successive_timeouts
-        self.counters["resumed"] += 1
-        self.restarted = self.server_side
-        self.previous_client = next((r.get("client") for r in reversed(records) if not r.get("skipped")), None)
-        log.info(
-            "resuming after %d finished items (%.1f s of the overall budget used)", point.items_done, self.used_before_s
-        )
 
     # -- requests ---------------------------------------------------------------------------
 
@@ -283,9 +266,23 @@ class Evaluation:
         if done:
             self.successive_timeouts = 0
             self.record_current(finished_step, finished=True)
+            if body is not None and self.server_side and extension(payload).get("next") is True:
+                self._open_next_into(body, now)
         else:
             self.set_wait(Wait.STEP, finished_step)
         return body
+
+    def _open_next_into(self, body: dict[str, Any], now: float) -> None:
+        """The step that ended its item asked for the next one (``{"arbiter": {"next": true}}``): its
+        reply carries, as ``arbiter.next``, what an ENV_CREATE would now get, the item opened as that
+        opens it. None when the evaluation is over or opening fails: the client's ENV_CREATE says why."""
+        if self.finished:
+            return
+        try:
+            created = self.on_create({}, now)
+        except ArbiterError:
+            return
+        body["payload"].setdefault(EXTENSION_KEY, {})["next"] = created["payload"]
 
     def _draw_bank(self, over_budget_s: float) -> None:
         if over_budget_s > 0:

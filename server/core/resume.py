@@ -13,11 +13,17 @@ decides when); ``group_bounds`` says where a group starts and ends.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.formats.base import Item
+
+if TYPE_CHECKING:
+    from arbiter.server.core.evaluation import Evaluation
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,3 +69,18 @@ def group_bounds(items: list[Item], index: int) -> tuple[int, int]:
     while end < len(items) and items[end].group == group:
         end += 1
     return start, end
+
+
+def restore(evaluation: Evaluation, records: list[dict[str, Any]]) -> None:
+    """Continue a killed evaluation after its last finished item (``--resume``)."""
+    point = resume_point(records, evaluation.items)
+    evaluation.records = list(records)
+    evaluation.next_index = point.items_done
+    evaluation.used_before_s = point.used_before_s
+    evaluation.successive_timeouts = point.successive_timeouts
+    evaluation.counters["resumed"] += 1
+    evaluation.restarted = evaluation.server_side
+    evaluation.previous_client = next((r.get("client") for r in reversed(records) if not r.get("skipped")), None)
+    log.info(
+        "resuming after %d finished items (%.1f s of the overall budget used)", point.items_done, point.used_before_s
+    )

@@ -12,6 +12,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import Evaluation
+from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.formats import get_format
 from arbiter.server.service.events import EventLog, chain
@@ -78,7 +79,7 @@ def build_service(
             on_replay=events.replayed,
         )
         if continues:
-            evaluation.restore(records)
+            restore(evaluation, records)
         transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
         if not resume:
             transport.clear()  # the events stream too: a watcher sees this evaluation only

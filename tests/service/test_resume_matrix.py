@@ -98,17 +98,20 @@ METALC = Format(
     "metalc",
     ("--competition", "metalc-wcci2022", "--set", "phase=dev"),  # the data comes from the metalc_data fixture
     ("metalc", os.path.join(REPO, "examples", "metalc_agent")),
-    # items: two datasets per fold, fold by fold (0, 1 fold 0; 2, 3 fold 1 ...)
+    # items: two datasets per fold, fold by fold (0, 1 fold 0; 2, 3 fold 1 ...). The runner asks
+    # for each next dataset with the step that ends the last: the evaluator opens it in that turn,
+    # so it is never between datasets, and a kill as one ends finds the next one open.
     {
         "before the first step": "step:0:0",
         "mid-dataset": "step:1:1",
-        "between datasets of a fold": "create:1",
+        "as a dataset of a fold ends and the next opens": "created:1",
         "during a fold's meta-training": "created:2",
     },
     replays={
         ("mid-dataset", "alive"): [0],
         ("mid-dataset", "restarted"): [0],
-        ("between datasets of a fold", "restarted"): [0],
+        ("as a dataset of a fold ends and the next opens", "alive"): [0],
+        ("as a dataset of a fold ends and the next opens", "restarted"): [0],
     },
 )
 FORMATS = {f.name: f for f in (TWO_PHASE, DIAMBRA, FLATLAND, METALC)}

@@ -13,7 +13,8 @@ started.
 ``create:I`` before the request that starts item I (item I-1 has ended: between items; I = 0:
 before the first), ``step:I:K`` before step K of item I (K = 0: before its first step), or
 ``created:I`` once the reply that starts item I has arrived, before the agent sees it (a MetaLC
-fold's meta-training would start now). Paused, it writes CONTROL_DIR/paused and waits for
+fold's meta-training would start now). That reply is an ENV_CREATE's, or that of the step that
+ended item I-1 when the client asked for the next item with it (the MetaLC runner does). Paused, it writes CONTROL_DIR/paused and waits for
 CONTROL_DIR/go.
 """
 
@@ -89,6 +90,9 @@ def watch_the_wire() -> None:
             PROGRESS.created(extension(body).get("item"))
         elif type_ == FLATLAND_RL.ENV_STEP:
             PROGRESS.stepped(bool(body.get("done")))
+            brought = extension(body).get("next")  # the next item, opened by the step that ended this one
+            if isinstance(brought, dict):
+                PROGRESS.created(extension(brought).get("item"))
         return response
 
     wire.Wire.request = request
