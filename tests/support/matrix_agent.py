@@ -14,8 +14,8 @@ started.
 before the first), ``step:I:K`` before step K of item I (K = 0: before its first step), or
 ``created:I`` once the reply that starts item I has arrived, before the agent sees it (a MetaLC
 fold's meta-training would start now). That reply is an ENV_CREATE's, or that of the step that
-ended item I-1 when the client asked for the next item with it (the MetaLC runner does). Paused, it writes CONTROL_DIR/paused and waits for
-CONTROL_DIR/go.
+ended item I-1 when the client asked for the next item with it (the MetaLC runner does).
+Paused, it writes CONTROL_DIR/paused and waits for CONTROL_DIR/go.
 """
 
 from __future__ import annotations
