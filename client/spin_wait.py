@@ -5,10 +5,19 @@ scheduler wake-up, which on a virtual machine (an idle vCPU halts, and waking it
 the hypervisor) costs tens of microseconds. A step through Redis wakes the agent, Redis and the
 evaluator in turn, so these wake-ups, not Python, are most of what a fast env's remote step
 costs. An agent waiting for its reply has nothing else to do: polling its socket for a short
-window instead of sleeping removes its own wake-up. Measured on a 2-vCPU VM: a round trip
-through redis-server took 148 µs with both sides sleeping and 51 µs with the requester polling
-(``scripts/bench_wire_floor.py`` shows both). Only the agent polls: with the evaluator polling
-too, Redis found no idle CPU to run on and the round trip took 116 µs.
+window instead of sleeping removes its own wake-up. With the requester polling, a round trip
+through redis-server takes a fraction of what it takes with both sides sleeping
+(``scripts/bench_wire_floor.py`` measures both; the docs' performance page has the figures).
+Only the agent polls: with the evaluator polling too, Redis found no idle CPU to run on, and the
+round trip lost most of the gain.
+
+Between two looks at its socket the poller gives its CPU away (``sched_yield``): the way back
+often needs that very CPU. Writing to a socket or a pipe wakes the reader on the writer's CPU,
+since the writer is expected to sleep next; a poller that kept its CPU would make Redis, and the
+evaluator after it, wait for the end of its time slice whenever the kernel put them there.
+Yielding lets them run at once, and costs a system call when nothing else waits. This matters
+most where more processes take part than there are CPUs, as with MetaLC's runner and its fold's
+process.
 
 The window adapts: a reply that comes within it is a hit, and polling goes on only while most
 recent replies are hits (an exponential average, updated from the time a reply took whether it
@@ -32,6 +41,8 @@ DEFAULT_WINDOW_US = 1000
 LEARNING_RATE = 1 / 16
 MIN_HIT_RATE = 0.5
 CGROUP_CPU_MAX = Path("/sys/fs/cgroup/cpu.max")
+# Gives this process's CPU to whatever else waits for it (see the module's docstring).
+yield_cpu = getattr(os, "sched_yield", lambda: None)
 
 
 def usable_cpus() -> float:
@@ -94,8 +105,9 @@ class SpinWait:
             self.polled += 1
             poll = self._poll if sock is self._socket else self._poller(sock)
             give_up = started + self.window_s
+            give_away = yield_cpu
             while not poll(0) and clock() < give_up:
-                pass
+                give_away()
         else:
             self.slept += 1
         size = sock.recv_into(buffer)

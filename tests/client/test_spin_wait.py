@@ -4,6 +4,9 @@ same either way. Against a real redis-server."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import threading
 import uuid
 from typing import Any
@@ -53,6 +56,48 @@ def test_replies_that_come_within_the_window_are_polled_for(client):
     assert spin.polled >= 20 and spin.slept == 0
     assert spin.hit_rate == 1.0 and spin.polling
     packets.close()
+
+
+SENDER = """
+import os, sys, redis
+os.sched_setaffinity(0, {int(sys.argv[2])})
+r = redis.Redis.from_url(sys.argv[1], socket_timeout=10)
+r.client_setname("sender")
+r.blpop("go", 10)
+r.rpush("reply", b"z")
+"""
+
+
+def test_the_poller_gives_its_cpu_away_to_a_sender_that_shares_it(client, redis_conn, redis_url, monkeypatch):
+    """The reply's sender runs on the poller's only CPU: it can answer because the poller yields
+    that CPU between looks at its socket, and the wait is still a polled hit."""
+    yields = []
+
+    def counted_yield() -> None:
+        yields.append(1)
+        os.sched_yield()
+
+    monkeypatch.setattr(spin_wait, "yield_cpu", counted_yield)
+    allowed = os.sched_getaffinity(0)
+    cpu = min(allowed)
+    sender = subprocess.Popen([sys.executable, "-c", SENDER, redis_url, str(cpu)])
+    try:
+        wait_for(lambda: any(c["name"] == "sender" and "b" in c["flags"] for c in redis_conn.client_list()),
+                 what="the sender's blocking pop")  # fmt: skip
+        spin = SpinWait(window_s=10.0)
+        packets = Packets(client, waiter=spin)
+        os.sched_setaffinity(0, {cpu})
+        try:
+            assert packets.run([("RPUSH", "go", b"1"), ("BLPOP", "reply", 10)]) == [1, [b"reply", b"z"]]
+        finally:
+            os.sched_setaffinity(0, allowed)
+        assert sender.wait(timeout=10) == 0
+        assert spin.polled >= 1 and spin.slept == 0 and spin.hit_rate == 1.0
+        assert yields, "the poller never gave its CPU away while it waited"
+        packets.close()
+    finally:
+        sender.kill()
+        sender.wait()
 
 
 def test_polling_stops_while_replies_come_later_than_the_window_and_resumes_when_they_are_quick(client, redis_conn):
