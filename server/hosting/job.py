@@ -42,6 +42,7 @@ from arbiter.server.hosting.submissions import (
     SubmissionStore,
     lock_key,
 )
+from arbiter.server.service import held_stops
 
 log = logging.getLogger(__name__)
 
@@ -91,16 +92,18 @@ def evaluate_submission(submission_id: str) -> str:
     if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
         return f"submission {submission_id} is being evaluated by another worker; this delivery evaluates nothing"
     keeper = LockKeeper(lock, store, submission_id)
-    keeper.start()
-    try:
-        return _evaluate_locked(store, submission_id, _settings, keeper)
-    finally:
-        keeper.stop()
+    # The keeper's SIGTERM may come before the evaluation can obey it: it is held till then.
+    with held_stops.held():
+        keeper.start()
         try:
-            lock.release()
-        except redis.exceptions.LockError:
-            pass  # it expired (the process was stopped long enough): nothing held any more
-        conn.close()
+            return _evaluate_locked(store, submission_id, _settings, keeper)
+        finally:
+            keeper.stop()
+            try:
+                lock.release()
+            except redis.exceptions.LockError:
+                pass  # it expired (the process was stopped long enough): nothing held any more
+            conn.close()
 
 
 class LockKeeper(threading.Thread):

@@ -63,6 +63,7 @@ from arbiter.server.hosting.kubernetes_status import (
     next_step,
 )
 from arbiter.server.hosting.submissions import Submission
+from arbiter.server.service import held_stops
 
 if TYPE_CHECKING:  # backends.py lists this backend: it is imported from there at run time, not here
     from arbiter.server.hosting.backends import Evaluated
@@ -316,6 +317,8 @@ class StopSignal:
         if threading.current_thread() is threading.main_thread():
             self.previous = signal.signal(signal.SIGTERM, lambda signum, frame: self.event.set())
             self.installed = True
+            if held_stops.take() is not None:  # it came while the attempt was getting ready
+                self.event.set()
         return self.event
 
     def __exit__(self, *exc_info: object) -> None:

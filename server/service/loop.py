@@ -31,6 +31,7 @@ from arbiter.protocol.errors import (
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
+from arbiter.server.service import held_stops
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
 
@@ -126,7 +127,8 @@ class EvaluatorService:
         """SIGTERM, SIGINT and SIGHUP end the evaluation as INTERRUPTED at once, with everything
         finished kept: a wait for Redis the signal cuts into (a blocking pop, a hung Redis, an
         outage being ridden out) is abandoned. ``also(signum)`` hears of every such signal
-        (``arbiter run`` passes it on to the agent); like the handler it must take no lock."""
+        (``arbiter run`` passes it on to the agent); like the handler it must take no lock. A stop
+        signal held while the evaluation was built (held_stops.py) is obeyed now."""
 
         def handler(signum: int, frame: Any) -> None:
             self.request_stop(f"stopped by {signal.Signals(signum).name}")
@@ -136,6 +138,9 @@ class EvaluatorService:
 
         for signum in STOP_SIGNALS:
             signal.signal(signum, handler)
+        noted = held_stops.take()  # a stop that came while the evaluation was being built
+        if noted is not None:
+            handler(noted, None)
 
     def run(self) -> dict[str, Any]:
         evaluation = self.evaluation

@@ -41,6 +41,7 @@ from arbiter.server.hosting.kubernetes_status import (
     job_state,
 )
 from arbiter.server.hosting.submissions import Submission
+from arbiter.server.service import held_stops
 
 # -- starting, following, stopping, collecting ---------------------------------------------------
 
@@ -248,6 +249,17 @@ def test_a_sigterm_stops_the_job_and_the_evaluation_ends_interrupted(tmp_path: P
     finally:
         canceller.join()
         signal.signal(signal.SIGTERM, before)
+    assert evaluated.summary["state"] == "INTERRUPTED" and evaluated.agent_status == 143
+    assert ("delete",) in cluster.calls and not cluster.jobs
+
+
+def test_a_sigterm_that_came_while_the_attempt_got_ready_stops_the_job_it_follows(tmp_path: Path) -> None:
+    submission = a_submission()
+    _, results_dir = plan_for(submission, tmp_path)
+    cluster = ScriptedCluster(results_dir, [Moment()])
+    with held_stops.held():  # as job.py holds it
+        signal.raise_signal(signal.SIGTERM)  # the lock keeper's, before the backend set its handler
+        evaluated = evaluate(cluster, submission, results_dir)
     assert evaluated.summary["state"] == "INTERRUPTED" and evaluated.agent_status == 143
     assert ("delete",) in cluster.calls and not cluster.jobs
 
