@@ -35,13 +35,21 @@ WORKER_TTL_S = 16
 class ArbiterWorker(Worker):
     def kill_horse(self, sig=signal.SIGKILL) -> None:
         """RQ kills the work-horse's process group (a cold shutdown, a stop command, a job far
-        past its timeout); the agent's group, which the horse started, goes with it."""
-        for group in _descendant_groups(self.horse_pid):
-            try:
-                os.killpg(group, sig)
-            except (ProcessLookupError, PermissionError):
-                pass  # gone meanwhile
-        super().kill_horse(sig)
+        past its timeout); the groups the horse started (the agent's, a container engine's) go
+        with it. The horse is frozen first, and each group as it is found, then looked for
+        again: nothing started while they were being found escapes."""
+        horse = self.horse_pid
+        frozen = _signal_groups(_own_group(horse), signal.SIGSTOP)
+        groups: set[int] = set()
+        try:
+            while found := _descendant_groups(horse) - groups:
+                _signal_groups(found, signal.SIGSTOP)
+                groups |= found
+            _signal_groups(groups, sig)
+        finally:
+            super().kill_horse(sig)
+            if sig != signal.SIGKILL:  # a stopped process acts on any other signal once it goes on
+                _signal_groups(groups | frozen, signal.SIGCONT)
         self._abandon_current_job()
 
     def _abandon_current_job(self) -> None:
@@ -77,6 +85,27 @@ class ArbiterWorker(Worker):
                 reap(self.connection)
         except redis.exceptions.RedisError as exc:
             log.warning("reaper pass skipped: %s", exc)
+
+
+def _own_group(pid: int) -> set[int]:
+    """``pid``'s process group when it leads one (RQ's horse does once it has started): the
+    group that may be signalled without reaching this worker."""
+    try:
+        return {pid} if pid and os.getpgid(pid) == pid else set()
+    except ProcessLookupError:
+        return set()
+
+
+def _signal_groups(groups: set[int], sig: int) -> set[int]:
+    """``sig`` to each of ``groups``; those that were still there."""
+    reached: set[int] = set()
+    for group in groups:
+        try:
+            os.killpg(group, sig)
+            reached.add(group)
+        except (ProcessLookupError, PermissionError):
+            pass  # gone meanwhile
+    return reached
 
 
 def _descendant_groups(pid: int) -> set[int]:

@@ -1,8 +1,8 @@
-"""server/service/held_stops.py: a hosted attempt's stop signal that comes while the attempt is
-still starting (its Redis, the evaluator being built) waits for the evaluator's handler instead
-of killing the work-horse: the evaluation ends as INTERRUPTED, with its summary, and its agent
-never starts. Against a real redis-server and a real evaluator, in a process of its own (the
-signal is real)."""
+"""server/service/held_stops.py (F21): a hosted attempt's stop signal that comes while the
+attempt is still starting (its Redis, the evaluator being built) waits for the evaluator's
+handler instead of killing the work-horse: the evaluation ends as INTERRUPTED, with its summary,
+and its agent never starts. Against a real redis-server and a real evaluator, in a process of its
+own (the signal is real)."""
 
 from __future__ import annotations
 
