@@ -234,3 +234,27 @@ def test_a_sigkill_at_any_point_loses_no_finished_item(tmp_path, kill_after):
     assert indices == list(range(len(indices)))  # and nothing torn or out of order after them
     assert all(sum(r["index"] == i for r in records) == 2 for i in indices)
     assert [int(row["index"]) for row in csv_rows(resumed)] == [record["index"] for record in records]
+
+
+def test_an_item_is_on_the_disk_before_its_rows_reach_results_csv(tmp_path, monkeypatch):
+    # The item's append is synced (fdatasync: its bytes and the file's size) with the item whole
+    # in the file, before add_episodes writes the table and returns.
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0]))
+    synced: list[tuple[str, bytes, int]] = []
+    real_sync = os.fdatasync
+
+    def recorded_sync(handle: int) -> None:
+        path = os.readlink(f"/proc/self/fd/{handle}")
+        with open(path, "rb") as opened:
+            held = opened.read()
+        synced.append((path, held, len(csv_rows(store))))
+        real_sync(handle)
+
+    monkeypatch.setattr(os, "fdatasync", recorded_sync)
+    store.add_episodes(item(1, [2.0, 3.0]))
+    assert [(path, rows) for path, _, rows in synced] == [(store.episodes_path, 1)]
+    assert read_records(store.episodes_path) == item(0, [1.0]) + item(1, [2.0, 3.0])
+    with open(store.episodes_path, "rb") as opened:
+        assert synced[0][1] == opened.read()
+    assert len(csv_rows(store)) == 3
