@@ -53,14 +53,25 @@ def running_with(marker: str) -> list[int]:
     return found
 
 
-def frozen(pid: int) -> bool:
-    """Stopped, or bound to stop before it runs another instruction of its own: a stop signal
-    pending on a process inside a system call (a fork, say) takes effect as the call returns."""
+def stopped_or_stop_pending(pid: int) -> bool:
     with open(f"/proc/{pid}/status") as handle:
         fields = dict(line.split(":", 1) for line in handle if ":" in line)
     stop_bit = 1 << (signal.SIGSTOP - 1)
     pending = int(fields["SigPnd"], 16) | int(fields["ShdPnd"], 16)
     return fields["State"].split()[0] in ("T", "t") or bool(pending & stop_bit)
+
+
+def frozen(pid: int, within_s: float = 2.0) -> bool:
+    """Stopped, or bound to stop before it runs another instruction of its own: a stop signal
+    pending on a process inside a system call (a fork, say) takes effect as the call returns.
+    /proc/PID/status reads the state before the pending signals, so a stop taken between the
+    two reads shows as neither: the status is read again until it shows one. A process never
+    sent a stop shows neither for ``within_s``."""
+    try:
+        wait_for(lambda: stopped_or_stop_pending(pid), timeout_s=within_s, what="the stop")
+    except AssertionError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
