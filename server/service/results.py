@@ -168,12 +168,13 @@ def _sync_data(handle: int) -> None:
     """Make an append durable: its bytes and what reading them back needs (the file's size),
     without the metadata no reader uses (its times), which fsync would commit as well: less for
     the disk to write on every item's path. fsync where the platform has no fdatasync."""
-    (os.fdatasync if hasattr(os, "fdatasync") else os.fsync)(handle)
+    getattr(os, "fdatasync", os.fsync)(handle)
 
 
 def _append(path: str, data: bytes) -> int:
     """``data`` at the end of ``path`` in one write, on the disk when this returns; the file's
-    size before. A write the disk cuts short is taken back, so the file ends where it ended before."""
+    size before. A write the disk cuts short is taken back, so the file ends where it ended
+    before."""
     handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
     try:
         size = os.fstat(handle).st_size
@@ -278,7 +279,8 @@ class ResultsStore:
 
     def add_episodes(self, records: list[dict[str, Any]]) -> None:
         """One item's records (a training run holds many): appended to episodes.jsonl in one
-        write and synced to the disk, then their rows to results.csv. Either both happen or neither does.
+        write and synced to the disk, then their rows to results.csv. Either both happen or
+        neither does.
 
         results.csv is episodes.jsonl's table and is rebuilt from it whenever an evaluation
         resumes or takes items back, so its rows are appended without an fsync of their own:
