@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import socket
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -98,15 +99,7 @@ class Packets:
     def _exchange(
         self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False, unanswered: int = 0
     ) -> list[Any]:
-        if self._pid != os.getpid():
-            # A forked child never writes on its parent's socket (nor shuts it down): it leaves
-            # the inherited connection alone and opens its own, as redis-py's pool does.
-            self._connection = None
-            self._unread = 0
-            self._pid = os.getpid()
-        connection = self._connection
-        if connection is None:
-            connection = self._connection = self._pool.get_connection()
+        connection = self._own_connection()
         try:
             if connection._sock is None:  # closed after a failure: connect again
                 connection.connect()
@@ -136,6 +129,41 @@ class Packets:
             if isinstance(reply, redis.ResponseError):  # read whole, like the replies after it
                 raise reply
         return replies[len(replies) - (len(commands) - unanswered) :]
+
+    def _own_connection(self) -> Any:
+        if self._pid != os.getpid():
+            # A forked child never writes on its parent's socket (nor shuts it down): it leaves
+            # the inherited connection alone and opens its own, as redis-py's pool does.
+            self._connection = None
+            self._unread = 0
+            self._pid = os.getpid()
+        if self._connection is None:
+            self._connection = self._pool.get_connection()
+        return self._connection
+
+    def connect(self) -> None:
+        """Connect now, if not connected: a caller that checks for an ``interrupt`` before a
+        blocking exchange does so once the socket that exchange will use exists, so an interrupt
+        after the check finds that socket."""
+        connection = self._own_connection()
+        if connection._sock is None:
+            try:
+                connection.connect()
+            except BaseException:
+                self._lost(connection)
+                raise
+            self._unread = 0
+
+    def interrupt(self) -> None:
+        """For another thread than the one these packets belong to: end the exchange that thread
+        waits in (a blocking pop) now. The connection's socket is shut down, so the exchange fails
+        as a lost connection would, and the next one connects again."""
+        sock = getattr(self._connection, "_sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # closed meanwhile by its own thread: nothing waits on it
 
     def _lost(self, connection: Any) -> None:
         connection.disconnect()

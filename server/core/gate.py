@@ -17,6 +17,9 @@ never interleave steps:
   step budget between episodes. Then the new client takes over: an agent that crashed and was
   started again goes on with the evaluation. The refusal says when that would be possible
   (``retry_after_s``), and arbiter's client keeps asking until then if its reply timeout allows.
+  A bound client the evaluator told it cannot go on (``EvaluatorRestarted``: its env went with a
+  restarted evaluator) can be replaced at once (``yield_to_successor``), until it sends a new
+  request.
 
 For the bound client:
 
@@ -78,6 +81,7 @@ class ClientGate:
         self._takeover_after_s = takeover_after_s
         self._rejoin = rejoin  # until a client is bound, any request may bind it (see the module docstring)
         self._heard_at = 0.0  # the bound client's last request (monotonic)
+        self._yielded = False  # the bound client was told to restart: a successor need not wait
         self._last_seq: int | None = None
         self._last_reply: dict[str, Any] | None = None
 
@@ -94,7 +98,7 @@ class ClientGate:
                 self._rejoin = False
             else:
                 silent_s = now - self._heard_at
-                limit_s = self._takeover_after_s()
+                limit_s = 0.0 if self._yielded else self._takeover_after_s()
                 if not handshake or silent_s <= limit_s:
                     return Admission(Verdict.FOREIGN, retry_after_s=limit_s - silent_s if handshake else None)
                 took_over_after_s = silent_s
@@ -102,6 +106,7 @@ class ClientGate:
             self._last_seq = self._last_reply = None
         self._heard_at = now
         if who is LEGACY or not isinstance(seq, int) or isinstance(seq, bool):
+            self._yielded = False
             return Admission(Verdict.APPLY, took_over_after_s=took_over_after_s, bound=bound)
         last = self._last_seq
         if last is not None and seq == last:
@@ -109,7 +114,15 @@ class ClientGate:
         if last is not None and seq < last:
             return Admission(Verdict.STALE, seq)
         lost = seq - last - 1 if last is not None else 0
+        self._yielded = False  # a new request: the client goes on (a resend only asks again)
         return Admission(Verdict.APPLY, seq, lost=lost, took_over_after_s=took_over_after_s, bound=bound)
+
+    def yield_to_successor(self) -> None:
+        """The bound client was told it cannot go on and must be restarted (``EvaluatorRestarted``):
+        another client's handshake may take over at once rather than after the client's silence,
+        so its restarted agent is served as soon as it asks. A request of its own first (a runner
+        that rebuilds its agent and goes on) keeps the evaluation bound to it."""
+        self._yielded = True
 
     def remember(self, admission: Admission, reply: dict[str, Any] | None) -> None:
         """After applying a request: its reply is what a resend of it gets."""

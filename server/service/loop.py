@@ -107,7 +107,8 @@ class EvaluatorService:
 
     def request_stop(self, reason: str) -> None:
         """End the evaluation as INTERRUPTED with ``reason`` (the first one given) as soon as
-        the loop sees it; safe in a signal handler (it only sets attributes)."""
+        the loop sees it. Safe in a signal handler (there it only sets attributes); from another
+        thread it also cuts off the loop's wait for Redis (``RedisTransport.request_stop``)."""
         if not self._stop_reason:
             self._stop_reason = reason
         self.transport.request_stop()
@@ -302,6 +303,7 @@ class EvaluatorService:
             response = error_reply(exc.code, str(exc))
             if isinstance(exc, EvaluatorRestarted):
                 response["payload"][EXTENSION_KEY] = {"resume_item": exc.resume_item}
+                self.gate.yield_to_successor()
         except RedisUnavailable:
             raise
         except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback

@@ -7,7 +7,8 @@ RedisUnavailable, a fault of the infrastructure.
 A stop must end the evaluation at once whatever Redis does (an orchestrator's SIGTERM is followed
 by SIGKILL), so no wait here outlives one: a stop from a signal handler ends the Redis call or
 the outage its thread is in at once (``interrupt_wait``); one from another thread is seen within
-``STOP_CHECK_S`` between attempts.
+``STOP_CHECK_S`` between attempts, and a call it cut off (the transport's ``request_stop``) ends
+the evaluation rather than being ridden out as an outage.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class OutageRidingCalls:
                 try:
                     return command()
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    if self.stop_requested:  # a stop cut the call off, or came first: Redis is not down
+                        raise StopRequested from exc
                     # A hung Redis answers nothing until the socket times out: that wait was
                     # already part of the outage.
                     self._ride_out_outage(exc, down_before_s=max(0.0, time.monotonic() - sent - blocks_s))

@@ -15,7 +15,8 @@ evaluator's user may run scripts, the participant's may not: see acl.py) and han
 limit: enough to refuse it as too large, and no more.
 
 Every call rides out Redis's outages and its refusals of writes for want of memory
-(redis_calls.py); a stop requested by another thread is seen within ``MAX_BLOCK_S`` by a pop.
+(redis_calls.py); a stop requested by another thread ends the pop the evaluator waits in at once
+(``request_stop``).
 """
 
 from __future__ import annotations
@@ -47,7 +48,7 @@ POLL_MARGIN_S = 0.12  # longer than Redis's timer period at its default hz of 10
 # a timeout that could round down to 0.
 MIN_BLOCK_S = 0.01
 POLL_INTERVAL_S = 0.0005
-MAX_BLOCK_S = 1.0  # wake up at least this often to notice a stop requested by another thread
+MAX_BLOCK_S = 1.0  # wake up at least this often to notice the agent's exit (arbiter run's watch of it)
 # A Redis call that has not answered this long after its own blocking wait ended fails with a
 # timeout: Redis is hung (an outage). What the call waited past its blocking wait is downtime.
 HUNG_AFTER_S = 10.0
@@ -106,6 +107,17 @@ class RedisTransport(OutageRidingCalls):
         # Whether Redis has the bounded take's script cached: EVALSHA then spares sending its text.
         # A Redis that lost its cache (a restart, SCRIPT FLUSH) answers NOSCRIPT: the text goes again.
         self._script_cached = False
+
+    def request_stop(self) -> None:
+        """Give up waiting for Redis. Asked by another thread than the evaluator's while the
+        evaluator is inside a call (its blocking pop, mostly), that call ends now: the connection
+        it waits on is shut down and the call raises StopRequested, where the pop would otherwise
+        see the stop only at its next timeout. From a signal handler this only sets the flag
+        (``interrupt_wait`` ends the handler's own thread's call)."""
+        super().request_stop()
+        waiting = self._waiting_thread
+        if waiting is not None and waiting != threading.get_ident():
+            self.packets.interrupt()
 
     def clear(self) -> None:
         """Forget a previous evaluation's leftovers (stale errors broke flatland's handshakes)."""
@@ -167,6 +179,11 @@ class RedisTransport(OutageRidingCalls):
         client's next command only once the block ends, so the script sent in the same packet
         takes the commands that were queued when the wait returned."""
         key = self.commands_key
+        # A stop asked from another thread shuts down the socket this wait uses (request_stop):
+        # checked once that socket exists, it is either seen here or cuts the wait off.
+        self.packets.connect()
+        if self.stop_requested:
+            return []
         waited_from = time.monotonic()
         ok, taken = self._run_after_replies(
             [

@@ -142,3 +142,25 @@ def test_the_other_client_refusal_names_its_code_and_when_to_retry(gate):
     assert handshake_reply["payload"][EXTENSION_KEY]["retry_after_s"] == pytest.approx(TAKEOVER_AFTER_S - 0.1)
     step_reply = other_client_reply(gate.admit(tagged("b", 2), 0.2, handshake=False))
     assert step_reply["payload"]["code"] == ClientConflict.code and EXTENSION_KEY not in step_reply["payload"]
+
+
+def test_a_client_told_to_restart_can_be_replaced_at_once(gate):
+    gate.remember(gate.admit(tagged("a", 1), 0.0, handshake=True), None)
+    gate.yield_to_successor()  # its request was answered EvaluatorRestarted
+    # Sending that request again (its reply was lost) only asks again: the yield stands.
+    assert gate.admit(tagged("a", 1), 0.05, handshake=False).verdict is Verdict.RESEND
+    # Its restarted agent's handshake, long before TAKEOVER_AFTER_S of silence: it takes over.
+    takeover = gate.admit(tagged("b", 1), 0.1, handshake=True)
+    assert takeover.verdict is Verdict.APPLY and takeover.bound and gate.owner == "b"
+    assert takeover.took_over_after_s == pytest.approx(0.05)
+    # The new client is bound as any other: a third one waits for its silence.
+    gate.remember(takeover, None)
+    assert gate.admit(tagged("c", 1), 0.2, handshake=True).verdict is Verdict.FOREIGN
+
+
+def test_a_client_told_to_restart_that_goes_on_keeps_the_evaluation(gate):
+    gate.remember(gate.admit(tagged("a", 1), 0.0, handshake=True), None)
+    gate.yield_to_successor()
+    # A runner rebuilds its agent and sends its next request: the evaluation stays its own.
+    assert gate.admit(tagged("a", 2), 0.1, handshake=True).verdict is Verdict.APPLY
+    assert gate.admit(tagged("b", 1), 0.2, handshake=True).verdict is Verdict.FOREIGN

@@ -40,9 +40,9 @@ def stop(service, outcome) -> None:
     assert finish(outcome)["state"] == "INTERRUPTED"
 
 
-def test_the_agent_that_lived_on_inside_an_item_is_told_to_play_it_again(redis_url, service_id, tmp_path):
-    competition = counting_competition(num_episodes=2)
-    results = str(tmp_path / "results")
+def left_inside_item_1(competition, results: str, redis_url: str, service_id: str) -> RemoteEnv:
+    """Item 0 played and one step of item 1 when the evaluator goes (stopped, as a SIGTERM
+    stops it); the agent lives on."""
     with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
         service,
         outcome,
@@ -50,8 +50,15 @@ def test_the_agent_that_lived_on_inside_an_item_is_told_to_play_it_again(redis_u
         env = connect(redis_url, service_id)
         remote_episode(env, lambda observation: 1, {})
         env.reset()
-        env.step(1)  # inside item 1 when the evaluator goes
+        env.step(1)
         stop(service, outcome)
+    return env
+
+
+def test_the_agent_that_lived_on_inside_an_item_is_told_to_play_it_again(redis_url, service_id, tmp_path):
+    competition = counting_competition(num_episodes=2)
+    results = str(tmp_path / "results")
+    env = left_inside_item_1(competition, results, redis_url, service_id)
     with running_service(
         competition, tests=None, results=results, redis_url=redis_url, service_id=service_id, resume=True
     ) as (_, outcome):
@@ -125,3 +132,24 @@ def test_a_takeover_inside_a_group_leaves_the_rest_of_the_group_not_played(redis
         by_item.setdefault(record["index"], record)
     assert by_item[0]["timed_out"] and by_item[1]["skipped"]  # the run cut short, its evaluation not played
     assert not by_item[2]["timed_out"] and not by_item[3]["skipped"]
+
+
+def test_an_agent_started_again_after_being_told_to_restart_is_served_at_once(redis_url, service_id, tmp_path):
+    """The step budget (the silence a takeover waits for between items) is far longer than the
+    new agent's reply timeout: it gets in only because the evaluator told the old one to restart."""
+    competition = counting_competition(num_episodes=2, budgets={"step_s": 60})
+    results = str(tmp_path / "results")
+    env = left_inside_item_1(competition, results, redis_url, service_id)
+    with running_service(
+        competition, tests=None, results=results, redis_url=redis_url, service_id=service_id, resume=True
+    ) as (_, outcome):
+        with pytest.raises(EvaluatorRestarted):
+            env.step(1)
+        env.close()  # the agent exits, as an agent that does not catch EvaluatorRestarted does
+        started_again = connect(redis_url, service_id)
+        remote_episode(started_again, lambda observation: 0, {})  # item 1, from its start
+        started_again.submit()
+        started_again.close()
+        summary = finish(outcome)
+    assert summary["state"] == "SUCCESS" and summary["counters"]["takeovers"] == 1
+    assert [record["return"] for record in read_episodes(results)] == [10.0, 5.0]

@@ -11,16 +11,18 @@ observation counts the steps applied, so a step applied twice would show.
 from __future__ import annotations
 
 import pickle
+import time
 import uuid
 from typing import Any
 
 import pytest
 from fake_envs import counting_competition
-from harness import finish, read_summary, running_service
+from harness import finish, read_summary, running_service, wait_for
 
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ClientConflict, InvalidAction, OutOfOrder, ProtocolError, UnknownMessageType
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, request
+from arbiter.server.service import transport as transport_module
 from arbiter.server.service.loop import PICKLE_REFUSED
 
 
@@ -236,3 +238,25 @@ def test_a_stop_request_ends_the_evaluation_as_interrupted_with_its_reason(servi
     service.request_stop("a second reason is not the cause")
     summary = finish(outcome)
     assert summary["state"] == "INTERRUPTED" and "stopped by the operator" in summary["termination_cause"]
+
+
+def test_a_stop_from_another_thread_cuts_off_the_evaluators_wait_for_redis(
+    redis_url, service_id, tmp_path, monkeypatch, caplog, record_property
+):
+    """The evaluator waits for its first request in a blocking pop far longer than the test
+    waits: the stop must end that wait itself, and is no Redis outage."""
+    monkeypatch.setattr(transport_module, "MAX_BLOCK_S", 60.0)  # a pop blocks until the idle budget ends
+    competition = counting_competition(num_episodes=1, budgets={"idle_s": 60})
+    results = str(tmp_path / "results")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        wait_for(lambda: service.transport._waiting_thread is not None, what="the evaluator waiting in Redis")
+        asked = time.monotonic()
+        service.request_stop("stopped from the operator's thread")
+        summary = finish(outcome, timeout_s=10)
+        record_property("stop_to_end_s", round(time.monotonic() - asked, 3))
+    assert summary["state"] == "INTERRUPTED" and "stopped from the operator's thread" in summary["termination_cause"]
+    assert service.transport.outages == 0 and service.transport.downtime_s == 0
+    assert not [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
