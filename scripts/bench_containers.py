@@ -35,7 +35,7 @@ REPO = SCRIPT.parent.parent
 sys.path.insert(0, str(REPO / "tests" / "support"))
 from containers import ROOTFS_IMAGE, podman_settings, worker_options  # noqa: E402
 
-QUICK = {"submissions": 4, "rounds": 1}
+QUICK = {"submissions": 2, "rounds": 1}  # the fewest that make a cycle (one start to the next)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -102,7 +102,7 @@ def main() -> int:
     parser.add_argument("--submissions", type=int, default=30, help="submissions per backend (default 30)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds the submissions are split in (default 3)")
     parser.add_argument("--timeout", type=float, default=900.0, help="per batch, in seconds (default 900)")
-    parser.add_argument("--quick", action="store_true", help="4 submissions per backend, 1 round")
+    parser.add_argument("--quick", action="store_true", help="2 submissions per backend, 1 round")
     parser.add_argument("--json", metavar="FILE", help="also write the figures as JSON")
     parser.add_argument("--keep", action="store_true", help="keep the work folder (logs, results)")
     args = parser.parse_args()

@@ -85,8 +85,10 @@ QUICK = {"evaluations": "2,4", "model": "4,40", "window": 1.5, "settle": 0.3, "i
 
 def steps_needed(args: argparse.Namespace) -> int:
     """Requests each agent makes: enough to step through settle and window with a margin (an agent
-    makes fewer than 1/think requests a second, so these take longer than that)."""
-    return math.ceil((args.settle + args.window + 2.0) / args.think)
+    makes fewer than 1/think requests a second, so these take longer than that). The margin covers
+    the agents' start after the go, which does not grow with the window."""
+    margin_s = min(2.0, args.window / 3)
+    return math.ceil((args.settle + args.window + margin_s) / args.think)
 
 
 def agent_action(observation: Any) -> int:

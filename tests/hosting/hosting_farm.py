@@ -4,6 +4,7 @@ command, `arbiter worker` processes and the waits on a submission's state."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -39,11 +40,14 @@ def competition_file(
     return str(path)
 
 
-def seeded_agent(step_delay_s: float = 0.0) -> list[str]:
-    """The deterministic agent, connecting where its evaluation tells it (its environment)."""
+def seeded_agent(step_delay_s: float = 0.0, slow_until: str | None = None) -> list[str]:
+    """The deterministic agent, connecting where its evaluation tells it (its environment);
+    ``slow_until``: its steps are slowed down only until that file exists."""
     command = f'exec {sys.executable} {SEEDED_AGENT} "$ARBITER_REDIS_URL" "$AICROWD_SUBMISSION_ID"'
     if step_delay_s:
         command += f" --step-delay {step_delay_s}"
+    if slow_until:
+        command += f" --slow-until {shlex.quote(slow_until)}"
     return ["sh", "-c", command]
 
 

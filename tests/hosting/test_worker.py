@@ -114,13 +114,17 @@ def test_a_job_enqueued_again_while_it_runs_is_evaluated_once(
     redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
 ) -> None:
     competition = competition_file(tmp_path, tiny_tests)
-    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.02))
+    delivered_twice = tmp_path / "delivered-twice"  # the agent plays slowly until then: the job runs on
+    agent = seeded_agent(0.02, slow_until=str(delivered_twice))
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=agent)
     store = SubmissionStore(redis_conn)
     first = workers.start()
     running = wait_state(store, submission.id, RUNNING, timeout_s=30)
     enqueue_submission(arbiter_queue(redis_conn), submission.id, running.timeout_s)  # delivered again
     second = workers.start()
     wait_for(lambda: store.get(submission.id).deliveries == 2, timeout_s=30, what="the second delivery")
+    assert store.get(submission.id).state == RUNNING, "the second delivery came while the first attempt ran"
+    delivered_twice.touch()
 
     done = wait_state(store, submission.id, FINISHED, timeout_s=60)
     assert done.attempts == 1 and done.deliveries == 2

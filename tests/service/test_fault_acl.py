@@ -13,6 +13,8 @@ import redis
 from flatland.core.env_observation_builder import DummyObservationBuilder
 from flatland.evaluators.client import FlatlandRemoteClient
 from harness import finish, play_episode, running_service, spec
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from arbiter.client import RemoteClient
 from arbiter.protocol import keys
@@ -96,8 +98,10 @@ def test_a_legacy_client_works_with_the_rule_on_the_default_user(service_id, tin
         admin.execute_command("ACL", "SETUSER", "evaluator", "on", ">evaluator-pw", "~*", "&*", "+@all")
         admin.execute_command(*acl_tokens(service_id, "--user", "default"))
         evaluator_url = f"redis://evaluator:evaluator-pw@127.0.0.1:{server.port}/0"
+        # The refusal is the answer expected, not a reason to retry (redis-py retries it by default).
+        anonymous = redis.Redis(host="127.0.0.1", port=server.port, retry=Retry(NoBackoff(), 0))
         with pytest.raises(redis.exceptions.AuthenticationError):
-            redis.Redis(host="127.0.0.1", port=server.port).ping()  # no password: refused
+            anonymous.ping()  # no password: refused
         with running_service(
             spec(), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=evaluator_url, service_id=service_id
         ) as (_, outcome):
