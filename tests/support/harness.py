@@ -5,8 +5,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import threading
 import time
+import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -91,16 +93,27 @@ def running_service(
         service.request_stop("test finished")
         thread.join(timeout=10)
         service.transport.close()
-        assert not thread.is_alive(), "the evaluator thread did not stop"
+        assert not thread.is_alive(), f"the evaluator thread did not stop; {where_threads_are()}"
 
 
 def finish(outcome: dict[str, Any], timeout_s: float = 20.0) -> dict[str, Any]:
     """Wait for the evaluation in ``outcome`` to end and return its summary."""
     outcome["thread"].join(timeout=timeout_s)
-    assert not outcome["thread"].is_alive(), "the evaluation did not end"
+    assert not outcome["thread"].is_alive(), f"the evaluation did not end; {where_threads_are()}"
     if "error" in outcome:
         raise outcome["error"]
     return outcome["summary"]
+
+
+def where_threads_are() -> str:
+    """Every live thread of the test process and where it is, for a failure that found an
+    evaluator thread still running: what it waits on, and what holds it up."""
+    names = {thread.ident: thread.name for thread in threading.enumerate()}
+    stacks = [
+        f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
+        for ident, frame in sys._current_frames().items()
+    ]
+    return "the test process's threads:\n" + "\n".join(stacks)
 
 
 def read_episodes(results: str, missing_ok: bool = False) -> list[dict[str, Any]]:
