@@ -99,11 +99,9 @@ class Packets:
     def _exchange(
         self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False, unanswered: int = 0
     ) -> list[Any]:
-        connection = self._own_connection()
+        self.connect()  # closed after a failure, or never opened
+        connection = self._connection
         try:
-            if connection._sock is None:  # closed after a failure: connect again
-                connection.connect()
-                self._unread = 0
             sock = connection._sock
             if commands:
                 for piece in packed(commands):
