@@ -150,6 +150,13 @@ class Endings:
 
     def finish(self, state: State, cause: str, now: float) -> None:
         evaluation = self.evaluation
+        try:
+            evaluation.store.write_due_rows()  # the last items' rows come before the end
+        except EvaluationError as exc:  # results.csv refused them (results.ResultsUnwritable)
+            # The items stand in episodes.jsonl, but a success without its table is not one yet
+            # (--resume rebuilds the table); any other ending stands as decided.
+            if state is State.SUCCESS:
+                state, cause = State.INTERRUPTED, f"{exc} (the evaluation had ended: {cause})"
         evaluation.announce()  # the last items' notices come before the end's
         evaluation.opener.discard()
         evaluation.state = state

@@ -81,9 +81,9 @@ class Evaluation:
         self.on_episode = on_episode
         self.on_finish = on_finish
         self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
-        # Records whose notices (``on_episode``) are due: the service loop gives them once the turn's
-        # reply has gone (``notices_after_reply``); the next item's records, a withdrawal and the end
-        # give those still due first, so notices come in order, each with its own item's score.
+        # Records whose notices (``on_episode``) and results.csv rows are due: the service loop gives
+        # them once the turn's reply has gone (``notices_after_reply``); the next item's records, a
+        # withdrawal and the end give those still due first: in order, each with its item's score.
         self.notices_after_reply = False
         self._unannounced: list[dict[str, Any]] = []
 
@@ -357,7 +357,7 @@ class Evaluation:
         )
         records = merge_records(item.index, item.unit, format_records, item_core, last_core)
         self.announce()
-        self.store.add_episodes(records)
+        self.store.add_episodes(records, rows_later=self.notices_after_reply)
         # All of the item's records first, then one notice each: the score so far that every
         # notice shows is the item's, computed once (a training run may hold thousands of episodes).
         self.records.extend(records)
@@ -367,12 +367,13 @@ class Evaluation:
                 self.announce()
 
     def announce(self) -> None:
-        """Give out the notices still due (``on_episode``, once per record written since the last call)."""
-        if not self._unannounced or self.on_episode is None:
-            return
+        """What waits for the reply: results.csv's rows of the items written since the last call
+        (a refusal is logged: see ``ResultsStore.write_due_rows``), then their notices
+        (``on_episode``, once per record)."""
         due, self._unannounced = self._unannounced, []
+        self.store.write_due_rows(replied=True)
         for record in due:
-            self.on_episode(record, self)
+            self.on_episode(record, self)  # type: ignore[misc]  # records are due only with on_episode
 
     # -- reports ----------------------------------------------------------------------------
 

@@ -7,7 +7,8 @@
   an item only once its last record is there: an append cut short by a kill, a full disk or a
   power loss leaves a torn tail that every reader drops (``--resume`` cuts it off the file);
 - ``results.csv``: the format's columns (Flatland: the test set's metadata columns plus
-  flatland's result columns), one row per record, rewritten atomically (temp file + rename);
+  flatland's result columns), one row per record: episodes.jsonl's table, appended item by item
+  and rebuilt from it whole (temp file + rename) by a resume or a withdrawal;
 - ``summary.json``: the evaluation's state and scores, rewritten atomically;
 - ``replayed.jsonl``: the records of items withdrawn to be played again (``withdraw_from``), as
   they were in ``episodes.jsonl``, kept for the record;
@@ -220,15 +221,17 @@ class ResultsStore:
         self._csv_row = csv_row
         # The first write the folder refused: the evaluation ends with it as its cause.
         self.unwritable: ResultsUnwritable | None = None
+        # Records in episodes.jsonl whose rows results.csv is still to get (``write_due_rows``).
+        self._rows_due: list[dict[str, Any]] = []
 
     @contextlib.contextmanager
-    def _writing(self, path: str) -> Iterator[None]:
-        """A failure to write ``path`` raised as ResultsUnwritable, and remembered."""
+    def _writing(self, path: str, remember: bool = True) -> Iterator[None]:
+        """A failure to write ``path`` raised as ResultsUnwritable, and remembered (``remember``)."""
         try:
             yield
         except OSError as exc:
             error = ResultsUnwritable(os.path.basename(path), exc)
-            if self.unwritable is None:
+            if remember and self.unwritable is None:
                 self.unwritable = error
             raise error from exc
 
@@ -277,10 +280,11 @@ class ResultsStore:
     def add_episode(self, record: dict[str, Any]) -> None:
         self.add_episodes([record])
 
-    def add_episodes(self, records: list[dict[str, Any]]) -> None:
+    def add_episodes(self, records: list[dict[str, Any]], *, rows_later: bool = False) -> None:
         """One item's records (a training run holds many): appended to episodes.jsonl in one
         write and synced to the disk, then their rows to results.csv. Either both happen or
-        neither does.
+        neither does. ``rows_later``: the rows wait for ``write_due_rows``, which the service
+        calls once the item's reply has gone (and which comes before another item's records).
 
         results.csv is episodes.jsonl's table and is rebuilt from it whenever an evaluation
         resumes or takes items back, so its rows are appended without an fsync of their own:
@@ -288,14 +292,35 @@ class ResultsStore:
         that loses power loses at most rows that the resume writes again."""
         if not records:
             return
-        rows = [self._csv_row(record) for record in records]
+        self.write_due_rows()
+        rows = [] if rows_later else [self._csv_row(record) for record in records]
         with self._writing(self.episodes_path):
             size_before = _append(self.episodes_path, item_lines(records))
+        if rows_later:
+            self._rows_due.extend(records)
+            return
         try:
             self._append_csv(rows)
         except ResultsUnwritable:
             _cut(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
             raise
+
+    def write_due_rows(self, *, replied: bool = False) -> None:
+        """The rows of the items added with ``rows_later``, appended to results.csv; their items
+        stand whatever happens here (durable in episodes.jsonl). A refusal keeps the rows due and
+        raises ResultsUnwritable: the evaluation stops, the cause the reply to the request being
+        handled. ``replied``: the replies have gone, no request would carry the cause, so it is
+        logged; the rows are written again before the next item's records and at the end."""
+        if not self._rows_due:
+            return
+        try:
+            self._append_csv([self._csv_row(record) for record in self._rows_due], remember=not replied)
+        except ResultsUnwritable as exc:
+            if not replied:
+                raise
+            log.warning("results.csv refused the rows due (%d): %s", len(self._rows_due), exc.__cause__)
+            return
+        self._rows_due = []
 
     def withdraw_from(self, index: int) -> list[dict[str, Any]]:
         """Take the records of every item from ``index`` on out of the results; returns them.
@@ -305,6 +330,7 @@ class ResultsStore:
         a crash at any point leaves them in episodes.jsonl, where resume and scoring read them,
         or out of it, never in part. One that left them in both files costs nothing more: an
         item already in replayed.jsonl, byte for byte, is not appended again."""
+        self.write_due_rows()
         stored = read_items(self.episodes_path)
         kept: list[StoredItem] = []
         withdrawn: list[StoredItem] = []
@@ -343,10 +369,10 @@ class ResultsStore:
         with self._writing(self.csv_path):
             _atomic_write(self.csv_path, self._csv_text(rows, header=True), sync_folder=sync_folder)
 
-    def _append_csv(self, rows: list[dict[str, Any]]) -> None:
+    def _append_csv(self, rows: list[dict[str, Any]], remember: bool = True) -> None:
         """``rows`` at the end of results.csv (with the header first in a new file) in one
         write; one the disk cuts short is taken back."""
-        with self._writing(self.csv_path):
+        with self._writing(self.csv_path, remember):
             handle = os.open(self.csv_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
             try:
                 size = os.fstat(handle).st_size

@@ -276,3 +276,39 @@ def test_an_item_whose_csv_rows_the_disk_cannot_hold_is_taken_back_out_of_episod
     with open(store.csv_path, encoding="utf-8") as handle:
         assert [row["index"] for row in csv.DictReader(handle)] == [str(index) for index in added]
     assert leftovers(small_disk) == []
+
+
+def test_rows_refused_after_their_reply_stay_due_and_their_item_stays(small_disk, caplog):
+    # The service appends an item's rows once its reply has gone: by then the item stands (durable
+    # in episodes.jsonl, the agent told), so a refusal there keeps the item and the rows stay due.
+    # They are written again before the next item's records, where a refusal is raised.
+    def large_row(r: dict) -> dict:
+        return {"index": r["index"], "blob": "y" * 100_000}
+
+    folder = str(small_disk / "r")
+    store = ResultsStore(folder, ["index", "blob"], large_row)
+    for index in range(40):
+        store.add_episodes([record(index)], rows_later=True)
+        store.write_due_rows(replied=True)
+        if len(table_indices(store)) <= index:
+            break
+    refused = index
+    assert 0 < refused < 39
+    assert table_indices(store) == [str(i) for i in range(refused)]
+    assert read_records(store.episodes_path) == [record(i) for i in range(refused + 1)]  # the refused one too
+    assert store.unwritable is None  # logged, not remembered: the evaluation goes on
+    assert "results.csv refused the rows due (1): [Errno 28] No space left on device" in caplog.text
+    with pytest.raises(ResultsUnwritable, match=r"results.csv: No space left on device"):
+        store.add_episodes([record(refused + 1)], rows_later=True)  # its rows first: still refused
+    assert read_records(store.episodes_path) == [record(i) for i in range(refused + 1)]  # not the next item
+    assert store.unwritable is not None and leftovers(small_disk) == []
+
+    os.remove(store.csv_path)  # space freed, and rows that fit: the resume writes the table whole
+    resumed = ResultsStore(folder, ["index"], lambda r: {"index": r["index"]})
+    assert resumed.load_for_resume() == [record(i) for i in range(refused + 1)]
+    assert table_indices(resumed) == [str(i) for i in range(refused + 1)]
+
+
+def table_indices(store: ResultsStore) -> list[str]:
+    with open(store.csv_path, encoding="utf-8") as handle:
+        return [row["index"] for row in csv.DictReader(handle)]

@@ -258,3 +258,35 @@ def test_an_item_is_on_the_disk_before_its_rows_reach_results_csv(tmp_path, monk
     with open(store.episodes_path, "rb") as opened:
         assert synced[0][1] == opened.read()
     assert len(csv_rows(store)) == 3
+
+
+def test_rows_written_later_reach_results_csv_in_order_once_asked_for(tmp_path):
+    # The service's way: an item's records are durable in episodes.jsonl before its reply, its
+    # rows are appended to results.csv once that reply has gone.
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0, 2.0]), rows_later=True)
+    assert read_records(store.episodes_path) == item(0, [1.0, 2.0])
+    assert not os.path.exists(store.csv_path)
+    store.write_due_rows()
+    assert [row["index"] for row in csv_rows(store)] == ["0", "0"]
+    store.write_due_rows()  # nothing due: nothing written twice
+    assert len(csv_rows(store)) == 2
+
+    # Rows still due when the next item comes are written before it.
+    store.add_episodes(item(1, [3.0]), rows_later=True)
+    store.add_episodes(item(2, [4.0]), rows_later=True)
+    assert [row["index"] for row in csv_rows(store)] == ["0", "0", "1"]
+    store.add_episodes(item(3, [5.0]))  # rows now: the item's, after those due
+    assert [row["index"] for row in csv_rows(store)] == ["0", "0", "1", "2", "3"]
+    assert [row["unit"] for row in csv_rows(store)] == [r["unit"] for r in read_records(store.episodes_path)]
+
+
+def test_a_withdrawal_leaves_results_csv_whole_with_rows_still_due(tmp_path):
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0]), rows_later=True)
+    store.add_episodes(item(1, [2.0]), rows_later=True)
+    store.add_episodes(item(2, [3.0]), rows_later=True)
+    assert [r["index"] for r in store.withdraw_from(2)] == [2]
+    store.write_due_rows()
+    assert [row["index"] for row in csv_rows(store)] == ["0", "1"]
+    assert [r["index"] for r in read_records(store.episodes_path)] == [0, 1]
