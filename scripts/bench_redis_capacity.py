@@ -282,15 +282,20 @@ def run(args: argparse.Namespace) -> int:
     # What one core carries is read where Redis is loaded as a farm loads it, at the most modelled
     # evaluations, when the model costs Redis what the real evaluations do at the count both ran;
     # otherwise from the real evaluations alone.
-    model_trusted = bool(models) and calibration is not None and (
-        CALIBRATION_BAND[0] <= calibration["ratio"] <= CALIBRATION_BAND[1])
+    model_trusted = (
+        bool(models)
+        and calibration is not None
+        and (CALIBRATION_BAND[0] <= calibration["ratio"] <= CALIBRATION_BAND[1])
+    )
     judged = [models[-1]] if model_trusted else levels
     values = [level["evaluations_per_core"] for level in judged]
     print(TARGET.line(values, [f"{level['evaluations']} {'modelled' if model_trusted else 'at once'}"
                                for level in judged]))  # fmt: skip
     if models and not model_trusted:
-        print(f"the target is judged on the real evaluations: the model's cost per step is not within "
-              f"{CALIBRATION_BAND[0]:g}-{CALIBRATION_BAND[1]:g} × theirs at the count both ran")
+        print(
+            f"the target is judged on the real evaluations: the model's cost per step is not within "
+            f"{CALIBRATION_BAND[0]:g}-{CALIBRATION_BAND[1]:g} × theirs at the count both ran"
+        )
     print("checks: " + ("every agent stepped through the window; every evaluation ended SUCCESS"
                         + ("; the modelled agents kept the pace" if models else "")
                         if not problems else "; ".join(problems)))  # fmt: skip

@@ -338,5 +338,3 @@ def run_main(args: Any, workers: dict[str, Callable[[Any], int]], run: Callable[
             return 2
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # which raises KeyboardInterrupt
     return run(args)
-
-

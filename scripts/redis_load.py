@@ -96,8 +96,10 @@ def model_level(session: BenchSession, redis_url: str, count: int, args: argpars
         "steps_per_s_per_evaluation": in_window / window / count,
         "redis_cpu_share": busy["share"],
         "redis_idle_cpu_share": idle["share"],
-        "commands_per_step": {name: {"calls": stat["calls"] / in_window, "usec": stat["usec"] / in_window}
-                              for name, stat in sorted(busy["commands"].items(), key=lambda i: -i[1]["usec"])},
+        "commands_per_step": {
+            name: {"calls": stat["calls"] / in_window, "usec": stat["usec"] / in_window}
+            for name, stat in sorted(busy["commands"].items(), key=lambda i: -i[1]["usec"])
+        },
         "redis_cpu_per_step_s": cpu_per_step,
         "evaluations_per_core": 1.0 / (cpu_per_step * PACE_STEPS_PER_S),
     }
@@ -121,8 +123,10 @@ def model_checks(models: list[dict[str, Any]], think_s: float) -> list[str]:
     for level in models:
         if level["steps_per_s_per_evaluation"] < MODEL_PACE_SHARE / think_s:
             each = level["steps_per_s_per_evaluation"]
-            problems.append(f"{level['evaluations']} modelled: {each:.1f} steps/s each, under "
-                            f"{MODEL_PACE_SHARE:.0%} of the pace asked (this machine could not drive them)")
+            problems.append(
+                f"{level['evaluations']} modelled: {each:.1f} steps/s each, under "
+                f"{MODEL_PACE_SHARE:.0%} of the pace asked (this machine could not drive them)"
+            )
     return problems
 
 

@@ -102,8 +102,6 @@ def _fits_unix_socket(path: Path) -> bool:
     return hasattr(socket, "AF_UNIX") and len(os.fsencode(path)) <= MAX_UNIX_SOCKET_PATH
 
 
-
-
 class EmbeddedRedis:
     """One redis-server child process on 127.0.0.1; ``with EmbeddedRedis() as r: r.url``.
 

@@ -170,4 +170,3 @@ class OutageRidingCalls:
             if left_s <= 0:
                 return
             time.sleep(min(left_s, STOP_CHECK_S))
-

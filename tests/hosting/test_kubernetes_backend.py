@@ -325,5 +325,3 @@ def test_live_a_job_is_created_taken_over_and_deleted_with_what_it_owns(tmp_path
         assert time.monotonic() < deadline, "the Job's Secret outlived it"
         time.sleep(0.5)
     cluster.close()
-
-

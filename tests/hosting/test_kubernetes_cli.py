@@ -85,5 +85,3 @@ def test_the_worker_options_become_the_backends(capsys) -> None:
     help_text = " ".join(capsys.readouterr().out.split())
     for field in ("redis_image", "evaluator_cpu", "evaluator_memory"):
         assert f"(default: {getattr(KubernetesOptions, field)})" in help_text, field
-
-

@@ -30,6 +30,7 @@ from arbiter.server.hosting.kubernetes_status import (
 
 # -- reading the client's objects -----------------------------------------------------------------
 
+
 def test_job_states_from_the_job_controllers_conditions() -> None:
     assert job_state(None) == JobState(Phase.GONE)
     assert job_state(a_job(suspend=True)).phase is Phase.SUSPENDED
@@ -119,5 +120,3 @@ def test_collect_without_a_result(tmp_path: Path) -> None:
     with pytest.raises(EvaluationLost, match=rf"{plan.name} ended failed \(DeadlineExceeded\).*kubectl logs"):
         collect(str(tmp_path), plan, JobState(Phase.FAILED, "DeadlineExceeded"), None, stopped=False, wait_s=0.1)
     assert time.monotonic() - started >= 0.1  # a shared filesystem's late write was waited for
-
-

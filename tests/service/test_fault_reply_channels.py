@@ -71,9 +71,7 @@ def refusing_writes(redis_conn, for_s: float | None):
         redis_conn.config_set("maxmemory", "0")
 
 
-def test_a_reply_refused_for_memory_is_downtime_and_goes_out_once_redis_takes_writes(
-    redis_url, redis_conn, service_id
-):
+def test_a_reply_refused_for_memory_is_downtime_and_goes_out_once_redis_takes_writes(redis_url, redis_conn, service_id):
     transport = RedisTransport(redis_url, service_id)
     channel = keys.response_key(service_id, "cd" * 16)
     try:

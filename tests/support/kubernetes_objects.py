@@ -36,7 +36,6 @@ OPTIONS = KubernetesOptions(
 )
 
 
-
 def a_job(*conditions: tuple[str, str], suspend: bool = False, active: int = 0, deleting: bool = False) -> V1Job:
     return V1Job(
         metadata=V1ObjectMeta(name="arbiter-x", deletion_timestamp="2030-01-01T00:00:00Z" if deleting else None),

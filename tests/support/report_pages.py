@@ -50,8 +50,6 @@ def charts_of(page: str) -> Charts:
     return parser
 
 
-
-
 def headless(chromium: str, page: Path, profile: Path, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [chromium, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={profile}", *args, page.as_uri()],
