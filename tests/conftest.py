@@ -18,6 +18,12 @@ from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 # Evaluators run as threads of the test process here, next to their agents: the same short GIL
 # switch interval as the `arbiter` command keeps their deadline checks as prompt as in production.
 sys.setswitchinterval(0.001)
+# DIAMBRA's in-process tests load grpc (diambra-arena talks to its engine through it), whose
+# threads then run in the test process; tests that fork it (a work-horse, as RQ forks one) would
+# get those threads started again in the child by grpc's fork support, a child that has no use
+# for them and once died there. Set before grpc is imported: the children stay single-threaded,
+# as a worker's are (an `arbiter worker` never loads grpc).
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 # --- Redis: one private redis-server for the whole session -----------------------------------
 
