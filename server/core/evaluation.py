@@ -368,10 +368,11 @@ class Evaluation:
 
     def announce(self) -> None:
         """What waits for the reply: results.csv's rows of the items written since the last call
-        (a refusal is logged: see ``ResultsStore.write_due_rows``), then their notices
-        (``on_episode``, once per record)."""
-        due, self._unannounced = self._unannounced, []
+        (``ResultsStore.write_due_rows``), then their notices (``on_episode``, once per record)."""
         self.store.write_due_rows(replied=True)
+        if not self._unannounced:  # most turns (this runs after every request): nothing to hand out
+            return
+        due, self._unannounced = self._unannounced, []
         for record in due:
             self.on_episode(record, self)  # type: ignore[misc]  # records are due only with on_episode
 
