@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import faulthandler
 import json
 import logging
 import os
@@ -308,8 +309,9 @@ def cmd_rescore(args: argparse.Namespace) -> int:
     return 0 if found.matches else 1
 
 
-# Budget decisions are made in the main thread while the next episode is prepared in a
-# background one; a 1 ms GIL switch interval (default 5 ms) keeps deadline checks prompt.
+# The evaluator's thread shares the interpreter with helper threads (the events publisher,
+# ``arbiter run``'s agent watcher): a 1 ms GIL switch interval (default 5 ms) bounds how long a
+# request, or a deadline check, waits for one of them to let go of the interpreter.
 GIL_SWITCH_INTERVAL_S = 0.001
 
 
@@ -319,7 +321,21 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     return build(args)
 
 
+def report_native_crashes() -> None:
+    """A fault in native code (a C extension, the C library) kills the process with no Python
+    traceback; with faulthandler on, every thread's Python stack goes to stderr first, so the
+    crash says where it happened. A handler already installed (``PYTHONFAULTHANDLER``, pytest's,
+    an embedding program's) is left as it is."""
+    if faulthandler.is_enabled():
+        return
+    try:
+        faulthandler.enable(file=sys.__stderr__)
+    except (AttributeError, ValueError, OSError, RuntimeError):
+        pass  # no usable stderr (a detached process): nothing to write a report to
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    report_native_crashes()
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -227,7 +227,8 @@ def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, servi
         assert "waiting for the agent" in serve.stderr.readline() + serve.stderr.readline()
         sent = time.monotonic()
         serve.send_signal(signal.SIGTERM)
-        assert serve.wait(timeout=10) == 130
+        code = serve.wait(timeout=10)
+        assert code == 130, f"exit status {code}; serve's stderr:\n{serve.stderr.read()}"
         assert time.monotonic() - sent < 10
     finally:
         if serve.poll() is None:
@@ -236,6 +237,30 @@ def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, servi
     summary = summary_of(results)
     assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
     assert summary["score"]["primary"] is None
+
+
+def test_a_native_crash_of_serve_prints_where_each_thread_was(redis_url, service_id, tiny_tests, tmp_path):
+    import signal
+
+    env = {name: value for name, value in os.environ.items() if name != "PYTHONFAULTHANDLER"}
+    serve = subprocess.Popen(
+        [*ARBITER, "serve", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
+         "--results", str(tmp_path / "results")],
+        cwd=REPO, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    try:
+        assert "waiting for the agent" in serve.stderr.readline() + serve.stderr.readline()
+        serve.send_signal(signal.SIGSEGV)  # what a fault in a C extension raises
+        assert serve.wait(timeout=10) == -signal.SIGSEGV
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    report = serve.stderr.read()
+    assert "Fatal Python error: Segmentation fault" in report
+    # Every thread's stack, the evaluator's own wait among them.
+    assert "Current thread" in report and "(most recent call first)" in report
+    assert "server/service/loop.py" in report and "in _serve_once" in report
 
 
 def test_generate_writes_a_synthetic_metalc_meta_dataset(tmp_path):
