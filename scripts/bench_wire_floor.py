@@ -22,7 +22,9 @@ inline, as bench_diambra.py reports it, gives the floor under a frame that trave
 
 A round trip through Redis wakes four processes in turn (requester → redis → responder → redis →
 requester) where a pipe wakes two; on a machine with few cores (and on a VM, where waking an idle
-vCPU is dear) that, not Python, sets the floor. A requester that polls is not woken.
+vCPU is dear) that, not Python, sets the floor. A requester that polls is not woken. What one
+such wake-up costs the process that writes is printed last (wake_cost.py): a write whose reader
+sleeps on another CPU, on the writer's own, and one whose reader polls.
 
 The target (``TARGET``): arbiter's own round trip over the unix socket against the pipe's, the
 trip AsyncVectorEnv steps over (bench_remote_env.py's peer), per round. Only 127.0.0.1 and a unix
@@ -45,6 +47,7 @@ from typing import Any
 
 import hiredis
 from harness import BenchSession, Target, machine_info, machine_line, per_round_ratios
+from wake_cost import report as wake_cost_report
 
 MESSAGE = b"x" * 40
 REPLY_CHUNK = 1 << 20  # what a reader of large replies reads at once (RemoteEnv's, for frames)
@@ -188,6 +191,8 @@ def main() -> int:
         print(f"{path:<13} {median:>9.0f} [{min(rates[path]):.0f}–{max(rates[path]):.0f}]{'':<12} {1e6 / median:8.1f}")
     rounds = [{"rate": rate} for rate in rates["arbiter-unix"]], [{"rate": rate} for rate in rates["pipe"]]
     print(TARGET.line(per_round_ratios(*rounds, "rate")))
+    print()
+    print("\n".join(wake_cost_report(args.trips, args.rounds)))
     return 0
 
 

@@ -1,8 +1,8 @@
 """The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths),
 scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv),
 scripts/bench_metalc.py (MetaLC's development phase in process and through arbiter) and
-scripts/bench_wire_floor.py (bare round trips); matching trajectories, sound ratios, each target
-judged against its peer, the tables printed."""
+scripts/bench_wire_floor.py (bare round trips, then what a write that wakes a process costs);
+matching trajectories, sound ratios, each target judged against its peer, the tables printed."""
 
 from __future__ import annotations
 
@@ -238,6 +238,17 @@ def test_wire_floor_benchmark_measures_every_path(tmp_path: Path) -> None:
     median = float(line.split("median ")[1].split(";")[0])
     assert median == pytest.approx(float(rows["arbiter-unix"][1]) / float(rows["pipe"][1]), abs=0.002)
     assert line.split(": ")[1].startswith("met" if median >= 1.0 else "NOT met")
+    # then what one write costs its writer, by what the reader does (scripts/wake_cost.py)
+    if not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) < 2:
+        assert "What a write costs its writer: not measured here" in completed.stdout
+        return
+    assert "What a write costs its writer, by what the reader does" in completed.stdout
+    assert "300 one-byte writes per case and round" in completed.stdout
+    for reader in ("asleep on another CPU", "asleep on the writer's CPU", "polling on another CPU"):
+        (row,) = [line for line in completed.stdout.splitlines() if line.startswith(reader)]
+        median_us, spread_us = row[len(reader) :].split()
+        low, high = (float(value) for value in spread_us.strip("[]").split("–"))
+        assert 0 < low <= float(median_us) <= high, row
 
 
 @pytest.mark.timeout(120)
