@@ -34,7 +34,9 @@ round: per suggest inside a dataset (``SUGGEST_TARGET``: the step's round trip a
 the fold's process, less the in-process cost of a suggest and its step) and per dataset
 (``DATASET_TARGET``: what its last step costs beyond a plain one, the finished item's record
 made durable and the next dataset opened and brought along, plus the mean ENV_CREATE the runner
-still sends within a fold, 0 when it sends none). ``--quick``: a small, fast run for tests (``QUICK``);
+still sends within a fold, 0 when it sends none), with what the work folder's disk takes to make an
+appended record durable, probed after each arbiter run (sync_cost.py): each dataset's figure
+includes it. ``--quick``: a small, fast run for tests (``QUICK``);
 ``--profile DIR``: then one more arbiter run with the evaluator and the runner under py-spy.
 Only 127.0.0.1 is used; every process this script starts (and its redis-server) is stopped by pid
 on the way out.
@@ -52,6 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import bench_profile
+import sync_cost
 from bench_metalc_workers import WORKERS, figures
 from figures import Threshold
 from harness import (
@@ -86,6 +89,7 @@ DATASET_TARGET = Threshold(name="dataset_overhead_us", what="arbiter's overhead 
                            unit="µs", bound=1000, at_least=False)  # fmt: skip
 ROUND1_SIZE = {"datasets": 30, "algorithms": 20}
 QUICK = {"rounds": 1, "warmup": 0, "datasets": 12, "algorithms": 6}
+SYNC_PROBE_APPENDS = {False: 100, True: 30}  # after each arbiter run: what its disk takes to sync a record
 
 
 # -- the conductor -------------------------------------------------------------------------------------
@@ -99,7 +103,10 @@ class MetaLCBench(Runs):
             worker = procs.worker(f"inprocess-{label}", "inprocess", *options)
             procs.wait([worker], self.args.timeout)
             return worker.result()
-        return self.run_arbiter(label)
+        out = self.run_arbiter(label)
+        # the disk the evaluator has just made every dataset's record durable on, as it is now
+        out["disk_sync"] = sync_cost.measure(self.session.workdir, appends=SYNC_PROBE_APPENDS[self.args.quick])
+        return out
 
     def run_arbiter(self, label: str, profile_dir: Path | None = None) -> dict[str, Any]:
         """One evaluation; with ``profile_dir``, the evaluator and the runner run under py-spy
@@ -177,6 +184,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
             "mean": statistics.median(r["step_mean_s"] for r in arbiter),
         },
         "server_step_mean_s": statistics.median(r["server_step_mean_s"] or 0.0 for r in arbiter),
+        "disk_sync_us": [r["disk_sync"] for r in arbiter],
         "submit_s": statistics.median(r["submit_s"] for r in arbiter),
     }
 
@@ -214,6 +222,7 @@ def print_table(report: dict[str, Any]) -> None:
           f"{parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
           f"[{dataset['min'] * 1e6:.0f}–{dataset['max'] * 1e6:.0f}]; a fold's first dataset arriving (its "
           f"meta-training data) {parts['fold_create_mean_s'] * 1e3:.1f} ms")  # fmt: skip
+    print(sync_cost.line(s["disk_sync_us"]))
     for threshold, figure in ((SUGGEST_TARGET, suggest), (DATASET_TARGET, dataset)):
         values = [v * 1e6 for v in figure["per_round"]]
         print(threshold.line(values, [f"round {i}" for i in range(1, len(values) + 1)]))

@@ -181,6 +181,16 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
         assert threshold["met"] is (threshold["judged"] <= threshold[name])
         (line,) = target_line(completed.stdout, f"arbiter's overhead {what} ≤")
         assert line.split(": ")[1].startswith("met" if threshold["met"] else "NOT met")
+    # the floor under each dataset's figure: the disk making a record durable, probed after the run
+    (disk,) = summary["disk_sync_us"]
+    assert disk["appends"] == 30 and 0 < disk["p50_us"] <= disk["p90_us"] <= disk["max_us"]
+    assert disk["p50_us"] / 2 <= disk["mean_us"] <= disk["max_us"]  # no more than half of them below the p50
+    printed = (
+        f"the disk, probed after each arbiter run (30 appends): a record appended and synced (fdatasync, as the "
+        f"evaluator ends an item) mean {disk['mean_us']:.0f} µs, p50 {disk['p50_us']:.0f} µs, p90 "
+        f"{disk['p90_us']:.0f} µs by round, largest {disk['max_us']:.0f} µs"
+    )
+    assert printed in completed.stdout
 
 
 def test_a_benchmark_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:
