@@ -9,9 +9,12 @@ fdatasync), of a record about the size of a MetaLC dataset's, spaced as datasets
 
 from __future__ import annotations
 
+import statistics
 import time
 from pathlib import Path
 from typing import Any
+
+from figures import percentile
 
 RECORD = b'{"probe": "' + b"x" * 580 + b'"}\n'  # one JSON line of a MetaLC dataset record's size
 SPACING_S = 0.002  # between two appends: a dataset's steps take about that long
@@ -32,13 +35,12 @@ def measure(folder: Path, appends: int) -> dict[str, Any]:
             time.sleep(SPACING_S)
     finally:
         path.unlink(missing_ok=True)
-    took.sort()
     return {
         "appends": appends,
-        "mean_us": sum(took) / len(took) * 1e6,
-        "p50_us": took[len(took) // 2] * 1e6,
-        "p90_us": took[min(len(took) - 1, len(took) * 9 // 10)] * 1e6,
-        "max_us": took[-1] * 1e6,
+        "mean_us": statistics.fmean(took) * 1e6,
+        "p50_us": percentile(took, 0.5) * 1e6,
+        "p90_us": percentile(took, 0.9) * 1e6,
+        "max_us": max(took) * 1e6,
     }
 
 

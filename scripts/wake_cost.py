@@ -17,6 +17,8 @@ import statistics
 import time
 from dataclasses import dataclass
 
+from figures import spread
+
 SETTLE_S = 50e-6  # after each exchange: long enough for a sleeping reader to be back in recv
 
 
@@ -104,5 +106,6 @@ def report(writes: int, rounds: int) -> list[str]:
         f"{'reader':<27} {'µs':>6}",
     ]
     for name, values in costs.items():
-        lines.append(f"{name:<27} {statistics.median(values):6.1f} [{min(values):.1f}–{max(values):.1f}]")
+        cost = spread(values)
+        lines.append(f"{name:<27} {cost['median']:6.1f} [{cost['min']:.1f}–{cost['max']:.1f}]")
     return lines
