@@ -125,6 +125,8 @@ class MetaLCBench(Runs):
         out["state"] = written["state"]
         out["figures"] = figures(written["records"])
         out["server_step_mean_s"] = written["server_step_mean_s"]
+        # the evaluator's own timing of each dataset's record reaching the disk (part of its last step)
+        out["record_durable_mean_s"] = written["record_durable_mean_s"] or 0.0
         return out
 
     def profile(self, profile_dir: Path) -> dict[str, Any]:
@@ -153,7 +155,8 @@ def check_runs(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 # the means each arbiter run reports of its requests' round trips (see worker_arbiter)
-PARTS = ("steady_step_mean_s", "relay_mean_s", "create_mean_s", "closing_step_mean_s", "fold_create_mean_s")
+PARTS = ("steady_step_mean_s", "first_step_mean_s", "relay_mean_s", "create_mean_s", "closing_step_mean_s",
+         "fold_create_mean_s", "record_durable_mean_s")  # fmt: skip
 
 
 def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
@@ -165,11 +168,19 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     # per round: what a suggest inside a dataset and what a dataset's opening and closing add
     per_suggest = [a["steady_step_mean_s"] + a["relay_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
     per_dataset = [a["create_mean_s"] + a["closing_step_mean_s"] - a["steady_step_mean_s"] for a, _ in pairs]
+    # the same less what the evaluator waited for the disk to make each dataset's record durable
+    per_dataset_past_disk = [d - a["record_durable_mean_s"] for d, (a, _) in zip(per_dataset, pairs, strict=True)]
+    # what a plain step costs when it is not a dataset's first (which waits for the last one's notices)
+    others = [(a["steady_step_mean_s"] * a["steady_steps"] - a["first_step_mean_s"] * a["first_steps"])
+              / max(a["steady_steps"] - a["first_steps"], 1) for a, _ in pairs]  # fmt: skip
     arbiter = runs["arbiter"]
     return {
         "suggests": suggests,
         "suggest_overhead_s": {**spread(per_suggest), "per_round": per_suggest},
         "dataset_overhead_s": {**spread(per_dataset), "per_round": per_dataset},
+        "dataset_overhead_past_disk_s": {**spread(per_dataset_past_disk), "per_round": per_dataset_past_disk},
+        "other_step_mean_s": {**spread(others), "per_round": others},
+        "first_steps": max(r["first_steps"] for r in arbiter),
         "parts_s": {name: statistics.median(r[name] for r in arbiter) for name in PARTS},
         "creates_within_folds": max(r["creates"] for r in arbiter),
         "datasets": len(runs["inprocess"][0]["figures"]),
@@ -216,12 +227,20 @@ def print_table(report: dict[str, Any]) -> None:
           f"relay to the fold's process {parts['relay_mean_s'] * 1e6:.0f} µs (means), less the suggest and its step "
           f"in process: {suggest['median'] * 1e6:.0f} µs "
           f"[{suggest['min'] * 1e6:.0f}–{suggest['max'] * 1e6:.0f}]")  # fmt: skip
+    others = s["other_step_mean_s"]
+    print(f"of those steps, the {s['first_steps']} that open a dataset the step before brought (the evaluator gives "
+          f"the last dataset's notices first: its event, results.csv's rows) "
+          f"{parts['first_step_mean_s'] * 1e6:.0f} µs, the others {others['median'] * 1e6:.0f} µs (means)")  # fmt: skip
     print(f"per dataset: its last step {parts['closing_step_mean_s'] * 1e6:.0f} µs (the record written, the next "
           f"dataset opened and brought along) and the ENV_CREATEs the runner sent within a fold "
           f"{parts['create_mean_s'] * 1e6:.0f} µs ({s['creates_within_folds']} of them) against a plain step's "
           f"{parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
           f"[{dataset['min'] * 1e6:.0f}–{dataset['max'] * 1e6:.0f}]; a fold's first dataset arriving (its "
           f"meta-training data) {parts['fold_create_mean_s'] * 1e3:.1f} ms")  # fmt: skip
+    past_disk = [v * 1e6 for v in s["dataset_overhead_past_disk_s"]["per_round"]]
+    print(f"of which the evaluator waiting for the disk to make the dataset's record durable (summary.json's "
+          f"record_durable_s) {parts['record_durable_mean_s'] * 1e6:.0f} µs mean; per dataset without that wait "
+          f"{', '.join(f'{v:.0f}' for v in past_disk)} µs by round")  # fmt: skip
     print(sync_cost.line(s["disk_sync_us"]))
     for threshold, figure in ((SUGGEST_TARGET, suggest), (DATASET_TARGET, dataset)):
         values = [v * 1e6 for v in figure["per_round"]]

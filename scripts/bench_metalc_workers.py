@@ -51,7 +51,11 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     # those whose reply ended a dataset: its record written, and the next dataset opened and
     # brought along (the runner asks for it), unless that one is a fold's first
     closing_s: list[float] = []
-    steady_s: list[float] = []  # the others
+    steady_s: list[float] = []  # the others, of which
+    # a dataset's first step when the step before ended the fold's previous dataset and brought
+    # this one: the evaluator gives the ended item's notices (its event, results.csv's rows) first
+    first_s: list[float] = []
+    after_closing = [False]
     create_s: list[float] = []  # the ENV_CREATE round trips that opened a dataset within a fold
     # what brought a fold's first dataset (its meta-training data): an ENV_CREATE, or an ending step
     fold_create_s: list[float] = []
@@ -77,10 +81,16 @@ def worker_arbiter(args: argparse.Namespace) -> int:
             last_step_at[0] = after
             step_s.append(after - before)
             brought = (body.get(EXTENSION_KEY) or {}).get("next") or {}
-            if "meta_train" in (brought.get(EXTENSION_KEY) or {}):
+            fold_first = "meta_train" in (brought.get(EXTENSION_KEY) or {})
+            if fold_first:
                 fold_create_s.append(after - before)
+            elif body.get("done"):
+                closing_s.append(after - before)
             else:
-                (closing_s if body.get("done") else steady_s).append(after - before)
+                steady_s.append(after - before)
+                if after_closing[0]:
+                    first_s.append(after - before)
+            after_closing[0] = bool(body.get("done") and brought) and not fold_first
             return reply
 
     class TimedFold(metalc.FoldProcess):
@@ -105,6 +115,8 @@ def worker_arbiter(args: argparse.Namespace) -> int:
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
           "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
           "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady_s),
+          "steady_steps": len(steady_s), "first_step_mean_s": statistics.fmean(first_s) if first_s else 0.0,
+          "first_steps": len(first_s),
           "closing_step_mean_s": statistics.fmean(closing_s), "creates": len(create_s),
           "create_mean_s": statistics.fmean(create_s) if create_s else 0.0,
           "fold_create_mean_s": statistics.fmean(fold_create_s),

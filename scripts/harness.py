@@ -164,6 +164,7 @@ def read_results(results: Path) -> dict[str, Any]:
         "state": summary.get("state"),
         "server_step_mean_s": (timing.get("server_step_s") or {}).get("mean"),
         "server_think_mean_s": (timing.get("step_think_s") or {}).get("mean"),
+        "record_durable_mean_s": (timing.get("record_durable_s") or {}).get("mean"),
     }
 
 

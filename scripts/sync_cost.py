@@ -3,7 +3,7 @@ an evaluation finishes, whose record is on the disk before the next item opens. 
 probes it after each of its arbiter runs, in the folder their results went to, and prints it
 beside its per-dataset figure.
 
-Each append is the evaluator's own (``results._append``: one write to episodes.jsonl, then
+Each append is the evaluator's own (``durable.append_synced``: one write to episodes.jsonl, then
 fdatasync), of a record about the size of a MetaLC dataset's, spaced as datasets end.
 """
 
@@ -23,14 +23,14 @@ SPACING_S = 0.002  # between two appends: a dataset's steps take about that long
 def measure(folder: Path, appends: int) -> dict[str, Any]:
     """``appends`` synced appends to a file of its own in ``folder`` (removed after): their mean,
     p50, p90 and largest time in µs."""
-    from arbiter.server.service.results import _append  # the evaluator's durable append, as it runs it
+    from arbiter.server.service.durable import append_synced  # the evaluator's durable append
 
     path = folder / "sync-cost.jsonl"
     took: list[float] = []
     try:
         for _ in range(appends):
             started = time.perf_counter()
-            _append(str(path), RECORD)
+            append_synced(str(path), RECORD)
             took.append(time.perf_counter() - started)
             time.sleep(SPACING_S)
     finally:

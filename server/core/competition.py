@@ -30,6 +30,7 @@ from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.formats import format_names, get_format, presets_dirs
 from arbiter.server.formats.base import options_from_dict
 from arbiter.server.leaderboard.policy import LeaderboardPolicy, check_columns, leaderboard_policy
+from arbiter.server.service.durable import atomic_write
 
 DEFAULT_COMPETITION = "flatland-neurips2020"
 DEBUG_COMPETITION = "flatland-debug"
@@ -338,18 +339,7 @@ def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
 def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
     """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
     os.makedirs(results_dir, exist_ok=True)
-    path = seed_file(results_dir)
-    tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as handle:
-        handle.write(json.dumps({"seed": seed, "drawn": drawn}) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    folder = os.open(results_dir, os.O_RDONLY)
-    try:
-        os.fsync(folder)
-    finally:
-        os.close(folder)
+    atomic_write(seed_file(results_dir), json.dumps({"seed": seed, "drawn": drawn}) + "\n", sync_folder=True)
 
 
 def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool) -> CompetitionSpec:

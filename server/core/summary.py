@@ -308,6 +308,7 @@ def summary(evaluation: Any) -> dict[str, Any]:
             "evaluation_s": evaluation.elapsed_s(end),
             "step_think_s": stats(evaluation.think_s),
             "server_step_s": stats(evaluation.server_step_s),
+            "record_durable_s": stats(evaluation.store.durable_s),
             "time_bank_used_s": stats([r.get("time_bank_used_s") or 0.0 for r in records if not r["skipped"]]),
         },
         "seed": plan.seed,

@@ -12,8 +12,10 @@
 - ``summary.json``: the evaluation's state and scores, rewritten atomically;
 - ``replayed.jsonl``: the records of items withdrawn to be played again (``withdraw_from``), as
   they were in ``episodes.jsonl``, kept for the record;
-- ``events.jsonl``: the progress events (server/events.py), informational only;
-- ``replays/episode-<index>.json``: the actions of recorded episodes (server/recording.py).
+- ``events.jsonl``: the progress events (events.py), informational only;
+- ``replays/episode-<index>.json``: the actions of recorded episodes (formats/flatland/recording.py).
+
+The writes that must survive a power loss are durable.py's.
 
 A folder that cannot be written (full, read-only) raises ``ResultsUnwritable`` and leaves what
 it held as it was: no temporary file, no part of an item.
@@ -30,11 +32,14 @@ import json
 import logging
 import os
 import shutil
+import time
+from array import array
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.protocol.errors import EvaluationError
+from arbiter.server.service.durable import append_synced, atomic_write, cut_to
 
 log = logging.getLogger(__name__)
 
@@ -139,74 +144,6 @@ def item_lines(records: list[dict[str, Any]]) -> bytes:
 # -- writing ------------------------------------------------------------------------------------
 
 
-def _fsync_folder(directory: str) -> None:
-    handle = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(handle)
-    finally:
-        os.close(handle)
-
-
-def _atomic_write(path: str, data: str | bytes, sync_folder: bool = False) -> None:
-    """Temp file, fsync, rename (and, with ``sync_folder``, fsync of the folder, so the rename
-    itself survives a power loss). A failed write leaves the old file and no temp file."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data.encode() if isinstance(data, str) else data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        if sync_folder:
-            _fsync_folder(os.path.dirname(path) or ".")
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
-        raise
-
-
-def _sync_data(handle: int) -> None:
-    """Make an append durable: its bytes and what reading them back needs (the file's size),
-    without the metadata no reader uses (its times), which fsync would commit as well: less for
-    the disk to write on every item's path. fsync where the platform has no fdatasync."""
-    getattr(os, "fdatasync", os.fsync)(handle)
-
-
-def _append(path: str, data: bytes) -> int:
-    """``data`` at the end of ``path`` in one write, on the disk when this returns; the file's
-    size before. A write the disk cuts short is taken back, so the file ends where it ended
-    before."""
-    handle = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o666)
-    try:
-        size = os.fstat(handle).st_size
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(handle, view) :]
-            _sync_data(handle)
-        except OSError:
-            _cut(path, size, handle)
-            raise
-    finally:
-        os.close(handle)
-    return size
-
-
-def _cut(path: str, size: int, handle: int | None = None) -> None:
-    """``path`` back to ``size`` bytes: a write that failed takes nothing with it. When even
-    this fails, what the write left is a torn item that every reader drops, or a whole one."""
-    try:
-        if handle is None:
-            with open(path, "r+b") as opened:
-                opened.truncate(size)
-                os.fsync(opened.fileno())
-        else:
-            os.ftruncate(handle, size)
-            os.fsync(handle)
-    except OSError as exc:
-        log.warning("cannot cut %s back to %d bytes: %s", path, size, exc)
-
-
 class ResultsStore:
     def __init__(self, directory: str, csv_columns: list[str], csv_row: Callable[[dict[str, Any]], dict[str, Any]]):
         self.directory = directory
@@ -223,6 +160,9 @@ class ResultsStore:
         self.unwritable: ResultsUnwritable | None = None
         # Records in episodes.jsonl whose rows results.csv is still to get (``write_due_rows``).
         self._rows_due: list[dict[str, Any]] = []
+        # What making each item durable took (its append and the disk's sync): summary.json's
+        # ``record_durable_s``, where a slow disk under the results shows.
+        self.durable_s = array("d")
 
     @contextlib.contextmanager
     def _writing(self, path: str, remember: bool = True) -> Iterator[None]:
@@ -265,7 +205,7 @@ class ResultsStore:
                     self.episodes_path,
                     stored.size - stored.whole_bytes,
                 )
-                _cut(self.episodes_path, stored.whole_bytes)
+                cut_to(self.episodes_path, stored.whole_bytes)
         records = stored.records
         self._write_csv([self._csv_row(record) for record in records])
         return records
@@ -294,15 +234,18 @@ class ResultsStore:
             return
         self.write_due_rows()
         rows = [] if rows_later else [self._csv_row(record) for record in records]
+        lines = item_lines(records)
         with self._writing(self.episodes_path):
-            size_before = _append(self.episodes_path, item_lines(records))
+            began = time.perf_counter()
+            size_before = append_synced(self.episodes_path, lines)
+            self.durable_s.append(time.perf_counter() - began)
         if rows_later:
             self._rows_due.extend(records)
             return
         try:
             self._append_csv(rows)
         except ResultsUnwritable:
-            _cut(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
+            cut_to(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
             raise
 
     def write_due_rows(self, *, replied: bool = False) -> None:
@@ -341,7 +284,7 @@ class ResultsStore:
         with self._writing(self.replayed_path):
             self._keep_replayed(withdrawn)
         with self._writing(self.episodes_path):
-            _atomic_write(self.episodes_path, b"".join(item.data for item in kept), sync_folder=True)
+            atomic_write(self.episodes_path, b"".join(item.data for item in kept), sync_folder=True)
         rows = [self._csv_row(record) for item in kept for record in item.records]
         self._write_csv(rows, sync_folder=True)
         return [record for item in withdrawn for record in item.records]
@@ -351,11 +294,11 @@ class ResultsStore:
         crash cut short), after cutting off a torn tail of its own."""
         held = read_items(self.replayed_path)
         if held.whole_bytes != held.size:
-            _cut(self.replayed_path, held.whole_bytes)
+            cut_to(self.replayed_path, held.whole_bytes)
         present = {hashlib.sha256(item.data).digest() for item in held.items}
         new = b"".join(item.data for item in items if hashlib.sha256(item.data).digest() not in present)
         if new:
-            _append(self.replayed_path, new)
+            append_synced(self.replayed_path, new)
 
     def _csv_text(self, rows: list[dict[str, Any]], header: bool) -> str:
         out = io.StringIO()
@@ -367,7 +310,7 @@ class ResultsStore:
 
     def _write_csv(self, rows: list[dict[str, Any]], sync_folder: bool = False) -> None:
         with self._writing(self.csv_path):
-            _atomic_write(self.csv_path, self._csv_text(rows, header=True), sync_folder=sync_folder)
+            atomic_write(self.csv_path, self._csv_text(rows, header=True), sync_folder=sync_folder)
 
     def _append_csv(self, rows: list[dict[str, Any]], remember: bool = True) -> None:
         """``rows`` at the end of results.csv (with the header first in a new file) in one
@@ -391,10 +334,10 @@ class ResultsStore:
         """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation.
         A failure is the recorder's to count (an OSError): the evaluation does not need it."""
         os.makedirs(self.replays_dir, exist_ok=True)
-        _atomic_write(
+        atomic_write(
             replay_file(self.directory, index), json.dumps(replay, separators=(",", ":"), allow_nan=False) + "\n"
         )
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         with self._writing(self.summary_path):
-            _atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")
+            atomic_write(self.summary_path, json.dumps(summary, indent=2, allow_nan=False) + "\n")

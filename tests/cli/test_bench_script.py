@@ -191,6 +191,19 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
         f"{disk['p90_us']:.0f} µs by round, largest {disk['max_us']:.0f} µs"
     )
     assert printed in completed.stdout
+    # what the evaluator itself waited for the disk (summary.json), and each dataset's figure without it
+    assert 0 < arbiter["record_durable_mean_s"] < arbiter["closing_step_mean_s"]
+    past_disk = dataset - arbiter["record_durable_mean_s"]
+    assert summary["dataset_overhead_past_disk_s"]["per_round"] == [pytest.approx(past_disk)]
+    assert f"per dataset without that wait {past_disk * 1e6:.0f} µs by round" in completed.stdout
+    # the plain steps split: a dataset's first, which the step before brought, and the others
+    assert 0 < arbiter["first_steps"] < arbiter["steady_steps"] and arbiter["first_step_mean_s"] > 0
+    others = (
+        arbiter["steady_step_mean_s"] * arbiter["steady_steps"] - arbiter["first_step_mean_s"] * arbiter["first_steps"]
+    )
+    others /= arbiter["steady_steps"] - arbiter["first_steps"]
+    assert summary["other_step_mean_s"]["per_round"] == [pytest.approx(others)]
+    assert f"the {arbiter['first_steps']} that open a dataset the step before brought" in completed.stdout
 
 
 def test_a_benchmark_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:

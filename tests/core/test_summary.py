@@ -89,6 +89,12 @@ def test_summary_json_counts_what_the_records_hold(redis_url, service_id, tmp_pa
     assert (summary["items"]["total"], summary["items"]["recorded"]) == (3, 3)
     assert summary["timing"]["step_think_s"]["n"] == 3 * 4
     assert summary["timing"]["evaluation_s"] > 0
+    # one durable append per item, each a real write and sync: never free, never longer than the run
+    durable = summary["timing"]["record_durable_s"]
+    assert (
+        durable["n"] == 3
+        and 0 < durable["min"] <= durable["mean"] <= durable["max"] < summary["timing"]["evaluation_s"]
+    )
     assert summary["score"]["primary"] == 10.0  # five steps of reward 1 plus the bonus of action 1
     assert {"python", "arbiter", "numpy"} <= set(summary["versions"])
 
@@ -105,6 +111,7 @@ def test_an_interrupted_evaluation_has_an_empty_score_and_its_cause(redis_url, s
     assert summary["episodes"]["recorded"] == 0
     assert (summary["items"]["total"], summary["items"]["recorded"]) == (2, 0)
     assert summary["score"]["primary"] is None and summary["timing"]["step_think_s"] is None
+    assert summary["timing"]["record_durable_s"] is None  # no item was written
 
 
 def test_item_wide_figures_sit_on_a_training_runs_last_record_only(redis_url, service_id, tmp_path):
