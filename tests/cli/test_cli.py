@@ -239,9 +239,13 @@ def test_serve_stopped_by_sigterm_leaves_an_interrupted_summary(redis_url, servi
     assert summary["score"]["primary"] is None
 
 
-def test_a_native_crash_of_serve_prints_where_each_thread_was(redis_url, service_id, tiny_tests, tmp_path):
+def test_a_native_crash_of_serve_prints_where_each_thread_was(redis_url, redis_conn, service_id, tiny_tests, tmp_path):
     import ctypes
     import signal
+
+    from harness import wait_for
+
+    from arbiter.protocol import keys
 
     env = {name: value for name, value in os.environ.items() if name != "PYTHONFAULTHANDLER"}
     serve = subprocess.Popen(
@@ -251,6 +255,9 @@ def test_a_native_crash_of_serve_prints_where_each_thread_was(redis_url, service
     )  # fmt: skip
     try:
         assert "waiting for the agent" in serve.stderr.readline() + serve.stderr.readline()
+        # The events thread is in its loop once it has published the evaluation's first event; a
+        # busy machine may not have run it that far when the evaluator says it waits.
+        wait_for(lambda: redis_conn.xlen(keys.events_key(service_id)) == 1, what="the started event in the stream")
         # A fault raises SIGSEGV in the thread that faulted: here the evaluator's own (a kill of
         # the process would land in any of its threads, numpy's workers included).
         libc = ctypes.CDLL(None, use_errno=True)
