@@ -210,6 +210,14 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
 # --- tables ------------------------------------------------------------------------------------
 
 
+# summary.json's timing figures, as the page names them
+TIMING_ROWS = (
+    ("step_think_s", "agent time per step"),
+    ("server_step_s", "evaluator time per step"),
+    ("record_durable_s", "each item's record made durable"),
+)
+
+
 def _details(summary: dict[str, Any]) -> str:
     budgets = summary.get("budgets") or {}
     rows = [[label, fmt_duration(budgets.get(key)), meaning] for key, label, meaning in BUDGET_ROWS]
@@ -219,12 +227,12 @@ def _details(summary: dict[str, Any]) -> str:
     budget_table = table(["budget", "limit", "measured"], rows, "budgets")
     timing = summary.get("timing") or {}
     timing_rows = []
-    for key, label in (("step_think_s", "agent time per step"), ("server_step_s", "evaluator time per step")):
+    for key, label in TIMING_ROWS:
         stats = timing.get(key) if isinstance(timing.get(key), dict) else {}
         timing_rows.append(
             [label, fmt_count(stats.get("n"))] + [fmt_duration(stats.get(k)) for k in ("min", "mean", "p99", "max")]
         )
-    timing_table = table(["all steps", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
+    timing_table = table(["timed", "n", "min", "mean", "p99", "max"], timing_rows, "numeric")
     counters = summary.get("counters") or {}
     counter_rows = [[str(name), fmt_count(value)] for name, value in sorted(counters.items())] or [["none", ""]]
     versions = summary.get("versions") or {}
@@ -241,7 +249,7 @@ def _details(summary: dict[str, Any]) -> str:
     run_rows += [[str(name), str(value)] for name, value in versions.items()]
     return (
         section("Budgets", budget_table)
-        + section("Step timing", timing_table)
+        + section("Timing", timing_table)
         + '<section class="columns">'
         + f"<div><h2>Counters</h2>{table(['counter', 'count'], counter_rows)}</div>"
         + f"<div><h2>Run</h2>{table(['', ''], run_rows)}</div></section>"

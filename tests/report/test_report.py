@@ -13,6 +13,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -121,6 +122,7 @@ SUMMARY = {
         "evaluation_s": 1.5,
         "step_think_s": {"n": 297, "min": 1e-4, "mean": 3e-4, "p99": 1e-3, "max": 2e-3},
         "server_step_s": {"n": 300, "min": 1e-4, "mean": 2e-4, "p99": 5e-4, "max": 1e-3},
+        "record_durable_s": {"n": 3, "min": 1.5e-4, "mean": 0.0123, "p99": 0.03, "max": 0.03},
     },
     "seed": 1001,
     "versions": {"python": "3.11", "arbiter": "0.1.0"},
@@ -167,6 +169,10 @@ def test_a_scored_evaluation_shows_scores_spread_budgets_and_a_mark_per_episode(
     assert "all 3 episodes evaluated" in page and "Test_0" in page
     assert "5 min" in page and "8 h" in page  # the planning and overall budgets
     assert "timed out (step)" in page
+    # what each item's record took to reach the disk, beside the steps' timing
+    label = escape("each item's record made durable")
+    assert f"<td>{label}</td><td>3</td><td>{fmt_duration(1.5e-4)}</td>" in page
+    assert fmt_duration(0.0123) in page
     charts = charts_of(page).charts
     assert charts == {
         "normalized-return": [3, 3],
