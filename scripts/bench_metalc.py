@@ -168,7 +168,8 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     # per round: what a suggest inside a dataset and what a dataset's opening and closing add
     per_suggest = [a["steady_step_mean_s"] + a["relay_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
     per_dataset = [a["create_mean_s"] + a["closing_step_mean_s"] - a["steady_step_mean_s"] for a, _ in pairs]
-    # the same less what the evaluator waited for the disk to make each dataset's record durable
+    # the same less what the evaluator waited for the disk to make each dataset's record durable (a
+    # mean over every dataset's record, a fold's last included, whose step brings the next fold's data)
     per_dataset_past_disk = [d - a["record_durable_mean_s"] for d, (a, _) in zip(per_dataset, pairs, strict=True)]
     # what a plain step costs when it is not a dataset's first (which waits for the last one's notices)
     others = [(a["steady_step_mean_s"] * a["steady_steps"] - a["first_step_mean_s"] * a["first_steps"])
