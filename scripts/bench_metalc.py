@@ -172,8 +172,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     # mean over every dataset's record, a fold's last included, whose step brings the next fold's data)
     per_dataset_past_disk = [d - a["record_durable_mean_s"] for d, (a, _) in zip(per_dataset, pairs, strict=True)]
     # what a plain step costs when it is not a dataset's first (which waits for the last one's notices)
-    others = [(a["steady_step_mean_s"] * a["steady_steps"] - a["first_step_mean_s"] * a["first_steps"])
-              / max(a["steady_steps"] - a["first_steps"], 1) for a, _ in pairs]  # fmt: skip
+    others = [a["other_step_mean_s"] for a, _ in pairs]
     arbiter = runs["arbiter"]
     return {
         "suggests": suggests,

@@ -51,10 +51,12 @@ def worker_arbiter(args: argparse.Namespace) -> int:
     # those whose reply ended a dataset: its record written, and the next dataset opened and
     # brought along (the runner asks for it), unless that one is a fold's first
     closing_s: list[float] = []
-    steady_s: list[float] = []  # the others, of which
+    steady_s: list[float] = []  # the others, which split into
     # a dataset's first step when the step before ended the fold's previous dataset and brought
-    # this one: the evaluator gives the ended item's notices (its event, results.csv's rows) first
+    # this one (the evaluator gives the ended item's notices, its event and results.csv's rows,
+    # first), and the rest
     first_s: list[float] = []
+    other_s: list[float] = []
     after_closing = [False]
     create_s: list[float] = []  # the ENV_CREATE round trips that opened a dataset within a fold
     # what brought a fold's first dataset (its meta-training data): an ENV_CREATE, or an ending step
@@ -88,8 +90,7 @@ def worker_arbiter(args: argparse.Namespace) -> int:
                 closing_s.append(after - before)
             else:
                 steady_s.append(after - before)
-                if after_closing[0]:
-                    first_s.append(after - before)
+                (first_s if after_closing[0] else other_s).append(after - before)
             after_closing[0] = bool(body.get("done") and brought) and not fold_first
             return reply
 
@@ -115,8 +116,8 @@ def worker_arbiter(args: argparse.Namespace) -> int:
           "suggests": len(step_s), "step_p50_s": percentile(step_s, 0.5), "step_p99_s": percentile(step_s, 0.99),
           "step_mean_s": statistics.fmean(step_s), "fold_start_s": sum(runner.fold_start_s),
           "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady_s),
-          "steady_steps": len(steady_s), "first_step_mean_s": statistics.fmean(first_s) if first_s else 0.0,
-          "first_steps": len(first_s),
+          "first_step_mean_s": statistics.fmean(first_s) if first_s else 0.0, "first_steps": len(first_s),
+          "other_step_mean_s": statistics.fmean(other_s),
           "closing_step_mean_s": statistics.fmean(closing_s), "creates": len(create_s),
           "create_mean_s": statistics.fmean(create_s) if create_s else 0.0,
           "fold_create_mean_s": statistics.fmean(fold_create_s),
