@@ -54,11 +54,13 @@ from pathlib import Path
 from typing import Any
 
 from bench_flatland import AGENT_RULE, EVAL_SEED, PATHS, REFERENCE_LEVELS, TESTSET_SEED, reference_test_set
+from bench_flatland_floor import WORKERS as FLOOR_WORKERS
 from bench_report import paths_report, print_table, scale_report
 from bench_runs import Bench
-from bench_workers import WORKERS
+from bench_workers import WORKERS as PATH_WORKERS
 from harness import BenchSession, add_run_options, alternate_rounds, run_main, write_json
 
+WORKERS = {**PATH_WORKERS, **FLOOR_WORKERS}
 QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 50, "concurrent": 2, "protocol_steps": 5000}
 
 
@@ -84,22 +86,28 @@ def run_benchmark(args: argparse.Namespace) -> int:
         runners = {"direct": bench.run_direct, "lean": bench.run_lean, "arbiter": bench.run_arbiter,
                    "flatland": bench.run_flatland}  # fmt: skip
         pairs: list[list[dict[str, Any]]] = []  # two lean loops at once, per round (--no-contention: none)
+        mirrored: list[dict[str, Any]] = []  # the floor, per round (--no-floor: none)
 
-        def lean_pair(round_: int) -> None:
+        def after_round(round_: int) -> None:
             if not args.no_contention:
                 pairs.append(bench.run_lean_pair(tests, f"r{round_}"))
                 walls = " and ".join(f"{r['wall_s']:.3f}" for r in pairs[-1])
                 print(f"bench: round {round_} lean ×2   wall {walls} s (two at once)", flush=True)
+            if not args.no_floor:
+                mirrored.append(bench.run_mirrored(tests, f"r{round_}"))
+                wall = mirrored[-1]["wall_s"]
+                print(f"bench: round {round_} floor     wall {wall:.3f} s (the lean loop, mirrored)", flush=True)
 
         runs = alternate_rounds(
             args.rounds, args.warmup, (PATHS, PATHS), lambda path, label: runners[path](tests, label),
-            lambda r: f"wall {r['wall_s']:.3f} s, step mean {r['step_s']['mean'] * 1e3:.3f} ms", after_round=lean_pair,
+            lambda r: f"wall {r['wall_s']:.3f} s, step mean {r['step_s']['mean'] * 1e3:.3f} ms",
+            after_round=after_round,
         )  # fmt: skip
         reference = runs["direct"][0]["episodes"]
         config = {"testset_seed": TESTSET_SEED, "eval_seed": EVAL_SEED, "rounds": args.rounds,
                   "warmup_rounds": args.warmup, "envs": len(reference), "quick": args.quick, "full": args.full,
                   "tests": str(tests), "agent": AGENT_RULE, "transport": transport}  # fmt: skip
-        report = paths_report(config, runs, pairs)
+        report = paths_report(config, runs, pairs, mirrored)
 
         if not args.no_protocol:
             print(f"bench: protocol-only throughput, {proto_n} steps", flush=True)
@@ -143,6 +151,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-memory", action="store_true", help="skip the server memory check")
     parser.add_argument("--no-scale", action="store_true", help="skip the concurrent evaluations")
     parser.add_argument("--no-contention", action="store_true", help="skip the two lean loops ending each round")
+    parser.add_argument("--no-floor", action="store_true", help="skip the mirrored lean loop ending each round")
     parser.add_argument("--no-memory-baseline", dest="memory_baseline", action="store_false",
                         help="skip the plain flatland loop that the server's memory is compared with")  # fmt: skip
     # Worker mode (internal): what one measured process of a path needs.

@@ -5,7 +5,7 @@ Gymnasium's own AsyncVectorEnv with one env.
     python scripts/bench_remote_env.py [--rounds R] [--warmup W] [--steps N] [--quick] [--json PATH]
 
 One deterministic agent (push the cart the way the pole turns) plays CartPole-v1 for ``--steps``
-env steps three ways, with the same seeded episodes:
+env steps four ways, with the same seeded episodes:
 
   inprocess  ``gymnasium.make`` in the agent's process: the env's own cost;
   async1     ``gymnasium.vector.AsyncVectorEnv`` with one env: the env in a subprocess over pipes
@@ -14,12 +14,16 @@ env steps three ways, with the same seeded episodes:
              CartPole preset, phase 2, one training run of ``--steps`` steps) over a
              redis-server this script starts: through its unix socket, as ``arbiter run``
              connects an agent, or with ``--tcp`` on a free loopback port, as containers that
-             share a Redis meet.
+             share a Redis meet;
+  floor      the env stepped in a process of its own through the same redis-server, with
+             arbiter's packets and Redis commands on both sides and bare msgpack lists for
+             messages (bench_remote_floor.py): what remote costs without arbiter's protocol
+             (codec checks, client gate, budgets, records), so remote/floor is that work's price.
 
 Every path runs in a subprocess of its own (``--worker MODE``) that builds its env first and then
 measures: wall time from the first reset to the last step, and every step and reset call. The
-paths alternate within each round (inprocess first, then async1 and remote, their order swapped
-every round) so that noise shows as spread; the ratios are taken per round. All runs must play
+paths alternate within each round (inprocess first, then async1, remote and floor, their order
+reversed every round) so that noise shows as spread; the ratios are taken per round. All runs must play
 exactly the in-process run's episodes (seeds, steps, returns; the evaluator's records too), else
 MISMATCH and exit 1.
 
@@ -40,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import bench_profile
-from bench_remote_workers import WORKERS
+from bench_remote_floor import WORKERS as FLOOR_WORKERS
+from bench_remote_workers import WORKERS as REMOTE_WORKERS
 from harness import (
     BenchSession,
     Runs,
@@ -62,10 +67,11 @@ from harness import (
     write_json,
 )
 
+WORKERS = {**REMOTE_WORKERS, **FLOOR_WORKERS}
 ENV_ID = "CartPole-v1"
 PRESET = "two-phase-cartpole"
 SEED = 1001  # the preset's competition seed
-PATHS = ("inprocess", "async1", "remote")
+PATHS = ("inprocess", "async1", "remote", "floor")
 # goal 475 (the preset's) with a window of 1 fits in any run of at least 950 steps
 MIN_STEPS = 950
 TARGET = Target("remote_over_async1", "RemoteEnv", "AsyncVectorEnv(1)", "in steps/s", 1.5, at_least=True)
@@ -117,8 +123,19 @@ class RemoteEnvBench(Runs):
             "server": bench_profile.rank(profile_dir / "server.txt"),
         }
 
+    def run_floor(self, label: str) -> dict[str, Any]:
+        """The floor's two processes (bench_remote_floor.py), meeting on a key prefix of their own."""
+        service_id = new_service_id(label)
+        meet = ["--redis-url", self.redis_url, "--service-id", service_id,
+                "--reply-timeout", str(self.args.reply_timeout)]  # fmt: skip
+        env_side = self.procs.worker(f"floor-env-{label}", "floor-env", "--env-id", ENV_ID, *meet)
+        agent = self.procs.worker(f"floor-{label}", "floor", *self.worker_options(), *meet)
+        self.procs.wait([agent, env_side], self.args.timeout)
+        return agent.result()
+
     def run(self, path: str, label: str) -> dict[str, Any]:
-        out = self.run_remote(label) if path == "remote" else self.run_local(path, label)
+        runners = {"remote": self.run_remote, "floor": self.run_floor}
+        out = runners[path](label) if path in runners else self.run_local(path, label)
         return {**out, "steps_per_s": out["steps"] / out["wall_s"]}
 
 
@@ -167,7 +184,8 @@ def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 RATIOS = {"remote_over_async1": ("remote", "async1"), "remote_over_inprocess": ("remote", "inprocess"),
-          "async1_over_inprocess": ("async1", "inprocess")}  # fmt: skip
+          "async1_over_inprocess": ("async1", "inprocess"), "floor_over_async1": ("floor", "async1"),
+          "remote_over_floor": ("remote", "floor")}  # fmt: skip
 
 
 def us(value: float | None) -> str:
@@ -206,6 +224,12 @@ def print_table(report: dict[str, Any]) -> None:
             f"(per round: {values})"
         )
     print(TARGET.line(r[TARGET.ratio]))
+    floor = r["floor_over_async1"]["median"]
+    print(
+        f"floor: arbiter's packets and Redis commands with no protocol reach {floor:.3f}× AsyncVectorEnv(1) "
+        f"({'at' if floor >= TARGET.bound else 'below'} the target's {TARGET.bound:g}); remote runs at "
+        f"{r['remote_over_floor']['median']:.3f}× the floor's steps/s"
+    )
     remote = paths["remote"]
     if remote["server_step_mean_s"] is not None:
         print(
@@ -228,8 +252,8 @@ def run_benchmark(args: argparse.Namespace) -> int:
     profile = None
     with BenchSession("arbiter-bench-remote-", script=Path(__file__).resolve(), keep=args.keep) as session:
         bench = RemoteEnvBench(args, session, session.start_redis(args.tcp))
-        # in-process first in every round, the other two swapped each round
-        orders = (PATHS, ("inprocess", "remote", "async1"))
+        # in-process first in every round, the others reversed each round
+        orders = (PATHS, ("inprocess", "floor", "remote", "async1"))
         rate = lambda r: f"{r['steps_per_s']:>8.0f} steps/s"  # noqa: E731
         runs = alternate_rounds(args.rounds, args.warmup, orders, bench.run, rate)
         if args.profile:

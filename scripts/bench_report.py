@@ -45,6 +45,15 @@ def contention_summary(pairs: list[list[dict[str, Any]]], lean_runs: list[dict[s
     }
 
 
+def floor_summary(mirrored: list[dict[str, Any]], lean_runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Each round's mirrored lean loop (bench_flatland_floor.py) against that round's lean loop."""
+    if not mirrored:
+        return None
+    factors = [run["wall_s"] / alone["wall_s"] for run, alone in zip(mirrored, lean_runs, strict=True)]
+    return {"walls_s": [run["wall_s"] for run in mirrored], "factor_per_round": factors,
+            "factor_median": statistics.median(factors), "factor_min": min(factors)}  # fmt: skip
+
+
 def summarise_path(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One path over its rounds: medians across rounds (and the spread of the wall time)."""
     walls = [run["wall_s"] for run in runs]
@@ -193,6 +202,16 @@ def print_table(report: dict[str, Any]) -> None:
             + ", ".join(f"{f:.2f}" for f in contention["factor_per_round"])
             + "): what two busy processes cost each other on this machine now"
         )
+    floor = report.get("floor")
+    if floor:
+        lean_target = next(t for t in TARGETS if t.ratio == "arbiter_over_lean")
+        below = floor["factor_min"] > lean_target.bound
+        print(
+            f"floor: the lean loop with every step sent through Redis to a process stepping its own copy (arbiter's "
+            f"packets, no evaluator) took {floor['factor_median']:.3f}× the lean loop (median over rounds; "
+            + ", ".join(f"{f:.2f}" for f in floor["factor_per_round"])
+            + f"): {'above' if below else 'not above'} the target's {lean_target.bound:g} in every round"
+        )
     a = paths["arbiter"]
     if a.get("server_think_mean_s") is not None:
         print(
@@ -251,7 +270,9 @@ def print_table(report: dict[str, Any]) -> None:
 # ----------------------------------------------------------------------------------------
 
 
-def check_trajectories(runs: dict[str, list[dict[str, Any]]], pairs: list[list[dict[str, Any]]]) -> dict[str, Any]:
+def check_trajectories(
+    runs: dict[str, list[dict[str, Any]]], pairs: list[list[dict[str, Any]]], mirrored: list[dict[str, Any]] = ()
+) -> dict[str, Any]:
     """Every run against the first direct loop's episodes, on the client and the server side."""
     reference = runs["direct"][0]["episodes"]
     mismatches: list[str] = []
@@ -265,6 +286,8 @@ def check_trajectories(runs: dict[str, list[dict[str, Any]]], pairs: list[list[d
     for i, pair in enumerate(pairs, start=1):
         for run in pair:
             mismatches += compare(f"lean ×2 round {i}", reference, run["episodes"])
+    for i, run in enumerate(mirrored, start=1):
+        mismatches += compare(f"floor round {i}", reference, run["episodes"])
     for i, run in enumerate(runs["arbiter"], start=1):
         if run.get("state") != "SUCCESS":
             mismatches.append(f"arbiter round {i}: evaluation state {run.get('state')}")
@@ -289,11 +312,14 @@ def ratios_report(runs: dict[str, list[dict[str, Any]]], summaries: dict[str, di
 
 
 def paths_report(
-    config: dict[str, Any], runs: dict[str, list[dict[str, Any]]], pairs: list[list[dict[str, Any]]]
+    config: dict[str, Any],
+    runs: dict[str, list[dict[str, Any]]],
+    pairs: list[list[dict[str, Any]]],
+    mirrored: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
     """The rounds' part of the report: config, machine, reference, per-path summaries, ratios, checks."""
     summaries = {name: summarise_path(runs[name]) for name in PATHS}
-    trajectories = check_trajectories(runs, pairs)
+    trajectories = check_trajectories(runs, pairs, mirrored)
     reference = runs["direct"][0]["episodes"]
     ratios = ratios_report(runs, summaries)
     return {
@@ -306,6 +332,7 @@ def paths_report(
         "targets": [target.report(ratios["paired"][target.ratio]) for target in TARGETS],
         "trajectories": trajectories,
         "contention": contention_summary(pairs, runs["lean"]),
+        "floor": floor_summary(mirrored, runs["lean"]),
         "trajectories_match": trajectories["match"],
         "env_create": {
             "direct_s": summaries["direct"]["env_create_median_s"],

@@ -28,6 +28,16 @@ class Bench(Runs):
         self.procs.wait(agents, self.args.timeout)
         return [agent.result() for agent in agents]
 
+    def run_mirrored(self, tests: Path, label: str) -> dict[str, Any]:
+        """The floor (bench_flatland_floor.py): the lean loop with every step sent through Redis
+        to a process that steps its own copy, as flatland's protocol has an evaluator do."""
+        meet = ["--tests", str(tests), "--redis-url", self.redis_url, "--service-id", new_service_id(label),
+                "--reply-timeout", str(self.args.reply_timeout)]  # fmt: skip
+        env_side = self.procs.worker(f"mirror-env-{label}", "mirror-env", *meet)
+        agent = self.procs.worker(f"mirror-{label}", "mirror", *meet)
+        self.procs.wait([agent, env_side], self.args.timeout)
+        return agent.result()
+
     def start_arbiter_server(self, tests: Path, service_id: str) -> Proc:
         argv = serve_argv(self.redis_url, service_id, self.results_dir(service_id), "--tests", str(tests))
         return self.procs.start(f"arbiter-serve-{service_id}", argv)

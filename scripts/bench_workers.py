@@ -59,7 +59,9 @@ def worker_direct(args: argparse.Namespace) -> int:
     return _play_direct("direct", load, args)
 
 
-def worker_lean(args: argparse.Namespace) -> int:
+def lean_loader() -> Callable[[str], Any]:
+    """What loads an env as arbiter's client builds it for the evaluation ``arbiter serve`` runs by
+    default: the competition's rewards, no step recorder, the distance map computed when first read."""
     from flatland.core.env_observation_builder import DummyObservationBuilder
     from flatland.envs.persistence import RailEnvPersister
 
@@ -67,7 +69,6 @@ def worker_lean(args: argparse.Namespace) -> int:
     from arbiter.server.core.competition import load_competition
     from arbiter.server.formats import get_format
 
-    # What arbiter's client builds for the evaluation `arbiter serve` runs by default.
     spec = load_competition()
     reward_model = get_format(spec.format).rules[spec.scoring](spec.options).reward_model
 
@@ -77,7 +78,11 @@ def worker_lean(args: argparse.Namespace) -> int:
             env_dict, obs_builder=DummyObservationBuilder(), rewards=rewards_for(reward_model), record_steps=False
         )
 
-    return _play_direct("lean", load, args)
+    return load
+
+
+def worker_lean(args: argparse.Namespace) -> int:
+    return _play_direct("lean", lean_loader(), args)
 
 
 def _play_episode(env: Any, step: Callable[[Any], tuple], index: int, name: str, step_times: list[float]) -> dict:
@@ -95,7 +100,15 @@ def _play_episode(env: Any, step: Callable[[Any], tuple], index: int, name: str,
             return {"env": name, "agents": num_agents, "steps": steps, "arrived": arrived_count(env)}
 
 
-def _play_direct(path_name: str, load: Callable[[str], Any], args: argparse.Namespace) -> int:
+def _play_direct(
+    path_name: str,
+    load: Callable[[str], Any],
+    args: argparse.Namespace,
+    stepper: Callable[[Any, int], Callable[[Any], tuple]] = lambda env, index: env.step,
+    finish: Callable[[], None] = lambda: None,
+) -> int:
+    """The in-process loop over the test set; ``stepper(env, index)`` is what steps episode
+    ``index`` (the env's own step by default), ``finish`` runs before the clock stops."""
     from flatland.envs.step_utils.states import TrainState  # noqa: F401 - imported before timing
 
     from arbiter.server.formats.flatland.generate import list_env_paths
@@ -113,9 +126,10 @@ def _play_direct(path_name: str, load: Callable[[str], Any], args: argparse.Name
         env = load(os.path.join(args.tests, rel))
         env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
         creates.append(clock() - created)
-        episodes.append(_play_episode(env, env.step, index, rel, step_times))
+        episodes.append(_play_episode(env, stepper(env, index), index, rel, step_times))
         if args.rss_self and (index == 0 or (index + 1) % args.rss_every == 0):
             rss.append([index + 1, vm_rss_kib(os.getpid()) or 0])
+    finish()
     wall = clock() - started
     emit(
         _result(

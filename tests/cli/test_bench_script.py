@@ -73,6 +73,14 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert contention["factor_median"] == pytest.approx(
         statistics.fmean(contention["pair_walls_s"][0]) / report["paths"]["lean"]["runs"][0]["wall_s"]
     )
+    floor = report["floor"]  # the lean loop mirrored through Redis, against the round's lean loop
+    lean_wall = report["paths"]["lean"]["runs"][0]["wall_s"]
+    assert floor["factor_per_round"] == [pytest.approx(floor["walls_s"][0] / lean_wall)]
+    assert floor["factor_median"] == floor["factor_min"] == pytest.approx(floor["factor_per_round"][0])
+    (floor_line,) = [line for line in completed.stdout.splitlines() if line.startswith("floor: ")]
+    assert f"took {floor['factor_median']:.3f}× the lean loop" in floor_line
+    verdict = "above" if floor["factor_min"] > 1.1 else "not above"
+    assert floor_line.endswith(f"{verdict} the target's 1.1 in every round")
     assert report["protocol"]["steps_per_s"] > 0
     assert report["protocol"]["server_steps_read"] == report["protocol"]["n"]
     assert report["env_create"]["arbiter_s"] > 0 and report["env_create"]["flatland_s"] > 0
@@ -113,7 +121,7 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
 
     assert report["config"]["steps"] == 1000 and report["config"]["rounds"] == 1
     assert report["config"]["transport"] == "Redis over its unix socket, as arbiter run"
-    assert report["checks"] == {"match": True, "runs_checked": 3, "mismatches": []}
+    assert report["checks"] == {"match": True, "runs_checked": 4, "mismatches": []}
     reference = report["reference"]  # the in-process run's episodes: the others played exactly these
     assert sum(e["steps"] for e in reference) == 1000 and len(reference) >= 2
     assert len({e["seed"] for e in reference}) == len(reference)  # the evaluator's seed for every reset
@@ -121,7 +129,8 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert remote["state"] == "SUCCESS" and remote["episodes"] == remote["server_episodes"] == reference
     assert remote["stage_over_at"] == [1000] and remote["stop_iteration_after_run"] is True
 
-    assert set(report["paths"]) == {"inprocess", "async1", "remote"}
+    assert set(report["paths"]) == {"inprocess", "async1", "remote", "floor"}
+    assert report["raw_runs"]["floor"][0]["episodes"] == reference  # the floor played the same episodes
     rates = {}
     for name, path in report["paths"].items():
         (run,) = report["raw_runs"][name]
@@ -137,6 +146,12 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert report["target"]["met"] is (ratio["median"] >= report["target"]["remote_over_async1"])
     assert "steps/s remote/async1: median" in completed.stdout  # the table was printed
     assert "target RemoteEnv" in completed.stdout
+    floor = report["ratios"]["floor_over_async1"]["median"]
+    assert floor == pytest.approx(rates["floor"] / rates["async1"])
+    assert report["ratios"]["remote_over_floor"]["median"] == pytest.approx(rates["remote"] / rates["floor"])
+    (floor_line,) = [line for line in completed.stdout.splitlines() if line.startswith("floor: ")]
+    assert f"reach {floor:.3f}× AsyncVectorEnv(1)" in floor_line
+    assert ("(at the target's 1.5)" if floor >= 1.5 else "(below the target's 1.5)") in floor_line
     (line,) = target_line(completed.stdout, "RemoteEnv ≥")
     assert line.split(": ")[1].startswith("met" if report["target"]["met"] else "NOT met")
 

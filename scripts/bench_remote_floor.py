@@ -1,0 +1,132 @@
+"""The floor under bench_remote_env.py's remote path: the same episodes stepped through the same
+redis-server with arbiter's own packets and Redis commands, and nothing of arbiter's protocol.
+
+Two processes, ``--worker floor`` (the agent) and ``--worker floor-env`` (the env's side):
+
+- the agent sends each request as RemoteEnv does, in one packet that takes the errors list's next
+  entry, queues the request and waits for its reply (``RPOP``, ``LPUSH``, ``BLPOP``), polling its
+  socket as RemoteEnv does (``client/spin_wait.py``);
+- the env's side waits and takes as the evaluator does (its blocking ``BLMOVE`` with the reply
+  switched off, then the bounded take), and writes each reply at once (``RPUSH``, ``EXPIRE``).
+
+Requests and replies are bare msgpack lists: a reset names its seed, a step its action, and a
+reply holds the observation as a list of floats (which carries CartPole's float32 values exactly).
+What the remote path costs beyond this floor is arbiter's own work on each side: the codec and its
+checks, the client gate, the budgets, the records, RemoteEnv's bookkeeping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from bench_remote_workers import _emit, _seed, play
+from harness import emit
+
+REPLY_TTL_S = 600  # as the evaluator's replies
+READY, END = "ready", "end"
+
+
+def _keys(service_id: str) -> tuple[str, str, str]:
+    prefix = f"arbiter-floor:{service_id}"
+    return f"{prefix}:requests", f"{prefix}:replies", f"{prefix}:errors"
+
+
+def packets_to(redis_url: str, polls: bool) -> Any:
+    """arbiter's packets on a connection of their own; ``polls``: wait for replies as RemoteEnv does."""
+    from arbiter.client.spin_wait import SpinWait, window_from_environment
+    from arbiter.protocol.redis_conn import Packets, connect
+
+    window_s = window_from_environment() if polls else 0.0  # RemoteEnv's window (ARBITER_SPIN_US)
+    return Packets(connect(redis_url, socket_timeout_s=30.0), waiter=SpinWait(window_s) if window_s > 0 else None)
+
+
+def evaluator_wait(packets: Any, key: str) -> list[tuple[Any, ...]]:
+    """The evaluator's wait for requests queued on ``key``, as ``RedisTransport`` sends it: a
+    blocking ``BLMOVE`` of the list onto itself with the reply switched off, then the bounded take
+    (whose script this loads first). ``packets.run(wait, unanswered=2)[-1]`` is what was taken."""
+    from arbiter.protocol.redis_conn import BOUNDED_TAKE_SCRIPT, bounded_take
+    from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES
+
+    packets.run([("SCRIPT", "LOAD", BOUNDED_TAKE_SCRIPT)])
+    return [
+        ("CLIENT", "REPLY", "OFF"),
+        ("BLMOVE", key, key, "RIGHT", "RIGHT", 1.0),
+        ("CLIENT", "REPLY", "ON"),
+        bounded_take(key, POP_BATCH, TAKE_BYTES, REQUEST_LIMIT, cached=True),
+    ]
+
+
+def worker_floor_agent(args: argparse.Namespace) -> int:
+    import msgpack
+    import numpy as np
+
+    requests, replies, errors = _keys(args.service_id)
+    packets = packets_to(args.redis_url, polls=True)
+
+    def request(message: list[Any], wait_s: float = 10.0) -> list[Any]:
+        found = packets.run([("RPOP", errors), ("LPUSH", requests, msgpack.packb(message)), ("BLPOP", replies, wait_s)])
+        if found[-1] is None:
+            raise RuntimeError(f"the floor's env side did not answer within {wait_s:g} s")
+        return msgpack.unpackb(found[-1][1])
+
+    before = time.perf_counter()
+    request([READY], wait_s=args.reply_timeout)  # the env side has started: its start is not measured
+    setup = time.perf_counter() - before
+
+    def reset(episode: int) -> tuple[Any, int | None]:
+        seed = _seed(args, episode)
+        return np.asarray(request(["reset", seed])[0], dtype=np.float32), seed
+
+    def step(action: int) -> tuple[Any, float, bool, bool]:
+        observation, reward, terminated, truncated = request(["step", action])
+        return np.asarray(observation, dtype=np.float32), reward, terminated, truncated
+
+    try:
+        played = play(reset, step, args.steps)
+        request([END])
+    finally:
+        packets.close()
+    return _emit("floor", setup, played)
+
+
+def worker_floor_env(args: argparse.Namespace) -> int:
+    import gymnasium
+    import msgpack
+
+    requests, replies, _ = _keys(args.service_id)
+    env = gymnasium.make(args.env_id)
+    packets = packets_to(args.redis_url, polls=False)  # the evaluator's side never polls
+    wait = evaluator_wait(packets, requests)
+    give_up = time.monotonic() + args.reply_timeout
+    handled = 0
+    try:
+        while True:
+            taken = packets.run(wait, unanswered=2)[-1]
+            if not taken and time.monotonic() > give_up:
+                emit({"error": f"no request for {args.reply_timeout} s after {handled}"})
+                return 1
+            for raw in taken:
+                message = msgpack.unpackb(raw)
+                if message[0] == "reset":
+                    body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
+                elif message[0] == "step":
+                    observation, reward, terminated, truncated, _ = env.step(message[1])
+                    body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
+                elif message[0] == READY:
+                    body = []
+                else:
+                    packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
+                    emit({"handled": handled})
+                    return 0
+                # written at once, as the evaluator answers a fast agent; acknowledged with the next wait
+                packets.send([("RPUSH", replies, msgpack.packb(body)), ("EXPIRE", replies, REPLY_TTL_S)])
+                handled += 1
+                give_up = time.monotonic() + args.reply_timeout
+    finally:
+        packets.close()
+        env.close()
+
+
+WORKERS = {"floor": worker_floor_agent, "floor-env": worker_floor_env}
