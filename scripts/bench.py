@@ -31,6 +31,11 @@ MISMATCH and exit 1. The targets (bench_report.TARGETS: arbiter against the dire
 against flatland-rl's evaluator, judged on the median of the per-round ratios; against the lean
 loop, judged on its least favourable round) are printed with their verdicts.
 
+Each round ends with two lean loops started together (``--no-contention`` skips them: how much
+two busy processes slow each other now) and the floor (``--no-floor``; bench_flatland_floor.py):
+the lean loop with every step also sent through Redis to a process stepping its own copy, what
+flatland's protocol costs before any evaluator logic, printed against the lean loop's target.
+
 Also measured (each can be skipped): protocol-only throughput (empty ENV_STEP requests through
 ``RemoteClient.env_step`` with an env that does nothing, no env work on either side), the client's
 env_create cost, the evaluator's memory over many short episodes (next to a plain flatland loop
