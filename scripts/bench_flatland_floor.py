@@ -24,11 +24,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from typing import Any
 
 from bench_flatland import EVAL_SEED
 from bench_remote_floor import evaluator_wait, packets_to
-from bench_workers import _play_direct, lean_loader
+from bench_workers import lean_loader, play_in_process
 from harness import emit
 
 READY, END = "ready", "end"
@@ -65,7 +66,7 @@ def worker_mirror(args: argparse.Namespace) -> int:
 
     told([READY], args.reply_timeout)  # the other side has started: its start is not measured
     try:
-        return _play_direct("mirror", lean_loader(), args, stepper, finish=lambda: told([END], args.reply_timeout))
+        return play_in_process("mirror", lean_loader(), args, stepper, finish=lambda: told([END], args.reply_timeout))
     finally:
         packets.close()
 
@@ -81,11 +82,14 @@ def worker_mirror_env(args: argparse.Namespace) -> int:
     packets = packets_to(args.redis_url, polls=False)
     wait = evaluator_wait(packets, steps_key)
     env, playing, stepped = None, -1, 0
+    give_up = time.monotonic() + args.reply_timeout
     try:
         while True:
             taken = packets.run(wait, unanswered=2)[-1]
-            if not taken:
-                continue  # the agent's process is waited for by the benchmark, which stops this one
+            if not taken and time.monotonic() > give_up:
+                emit({"error": f"no step for {args.reply_timeout:g} s after {stepped}"})
+                return 1
+            give_up = time.monotonic() + args.reply_timeout if taken else give_up
             for raw in taken:
                 message = msgpack.unpackb(raw)
                 if message[0] in (READY, END):

@@ -56,7 +56,7 @@ def worker_direct(args: argparse.Namespace) -> int:
         env, _ = RailEnvPersister.load_new(path, obs_builder=DummyObservationBuilder())
         return env
 
-    return _play_direct("direct", load, args)
+    return play_in_process("direct", load, args)
 
 
 def lean_loader() -> Callable[[str], Any]:
@@ -82,7 +82,7 @@ def lean_loader() -> Callable[[str], Any]:
 
 
 def worker_lean(args: argparse.Namespace) -> int:
-    return _play_direct("lean", lean_loader(), args)
+    return play_in_process("lean", lean_loader(), args)
 
 
 def _play_episode(env: Any, step: Callable[[Any], tuple], index: int, name: str, step_times: list[float]) -> dict:
@@ -100,7 +100,7 @@ def _play_episode(env: Any, step: Callable[[Any], tuple], index: int, name: str,
             return {"env": name, "agents": num_agents, "steps": steps, "arrived": arrived_count(env)}
 
 
-def _play_direct(
+def play_in_process(
     path_name: str,
     load: Callable[[str], Any],
     args: argparse.Namespace,
