@@ -24,11 +24,10 @@ from __future__ import annotations
 
 import argparse
 import os
-import time
 from typing import Any
 
 from bench_flatland import EVAL_SEED
-from bench_remote_floor import evaluator_wait, packets_to
+from bench_remote_floor import packets_to, requests_taken
 from bench_workers import lean_loader, play_in_process
 from harness import emit
 
@@ -80,31 +79,24 @@ def worker_mirror_env(args: argparse.Namespace) -> int:
     load = lean_loader()
     paths = list_env_paths(args.tests)
     packets = packets_to(args.redis_url, polls=False)
-    wait = evaluator_wait(packets, steps_key)
     env, playing, stepped = None, -1, 0
-    give_up = time.monotonic() + args.reply_timeout
     try:
-        while True:
-            taken = packets.run(wait, unanswered=2)[-1]
-            if not taken and time.monotonic() > give_up:
-                emit({"error": f"no step for {args.reply_timeout:g} s after {stepped}"})
-                return 1
-            give_up = time.monotonic() + args.reply_timeout if taken else give_up
-            for raw in taken:
-                message = msgpack.unpackb(raw)
-                if message[0] in (READY, END):
-                    packets.run([("RPUSH", done_key, b"1")])
-                    if message[0] == END:
-                        emit({"steps": stepped})
-                        return 0
-                    continue
-                index, actions = message
-                if index != playing:
-                    env = load(os.path.join(args.tests, paths[index]))
-                    env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
-                    playing = index
-                env.step(dict(enumerate(actions)))
-                stepped += 1
+        for raw in requests_taken(packets, steps_key, args.reply_timeout):
+            message = msgpack.unpackb(raw)
+            if message[0] in (READY, END):
+                packets.run([("RPUSH", done_key, b"1")])
+                if message[0] == END:
+                    emit({"steps": stepped})
+                    return 0
+                continue
+            index, actions = message
+            if index != playing:
+                env = load(os.path.join(args.tests, paths[index]))
+                env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
+                playing = index
+            env.step(dict(enumerate(actions)))
+            stepped += 1
+        raise AssertionError("unreachable: requests_taken ends only by raising")
     finally:
         packets.close()
 

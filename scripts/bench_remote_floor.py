@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from bench_remote_workers import _emit, _seed, play
@@ -56,6 +57,20 @@ def evaluator_wait(packets: Any, key: str) -> list[tuple[Any, ...]]:
         ("CLIENT", "REPLY", "ON"),
         bounded_take(key, POP_BATCH, TAKE_BYTES, REQUEST_LIMIT, cached=True),
     ]
+
+
+def requests_taken(packets: Any, key: str, idle_s: float) -> Iterator[bytes]:
+    """Each request queued on ``key``, taken in batches as the evaluator takes them
+    (``evaluator_wait``); a RuntimeError once ``idle_s`` pass with none."""
+    wait = evaluator_wait(packets, key)
+    give_up = time.monotonic() + idle_s
+    while True:
+        taken = packets.run(wait, unanswered=2)[-1]
+        if taken:
+            give_up = time.monotonic() + idle_s
+        elif time.monotonic() > give_up:
+            raise RuntimeError(f"no request for {idle_s:g} s")
+        yield from taken
 
 
 def worker_floor_agent(args: argparse.Namespace) -> int:
@@ -98,32 +113,25 @@ def worker_floor_env(args: argparse.Namespace) -> int:
     requests, replies, _ = _keys(args.service_id)
     env = gymnasium.make(args.env_id)
     packets = packets_to(args.redis_url, polls=False)  # the evaluator's side never polls
-    wait = evaluator_wait(packets, requests)
-    give_up = time.monotonic() + args.reply_timeout
     handled = 0
     try:
-        while True:
-            taken = packets.run(wait, unanswered=2)[-1]
-            if not taken and time.monotonic() > give_up:
-                emit({"error": f"no request for {args.reply_timeout} s after {handled}"})
-                return 1
-            for raw in taken:
-                message = msgpack.unpackb(raw)
-                if message[0] == "reset":
-                    body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
-                elif message[0] == "step":
-                    observation, reward, terminated, truncated, _ = env.step(message[1])
-                    body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
-                elif message[0] == READY:
-                    body = []
-                else:
-                    packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
-                    emit({"handled": handled})
-                    return 0
-                # written at once, as the evaluator answers a fast agent; acknowledged with the next wait
-                packets.send([("RPUSH", replies, msgpack.packb(body)), ("EXPIRE", replies, REPLY_TTL_S)])
-                handled += 1
-                give_up = time.monotonic() + args.reply_timeout
+        for raw in requests_taken(packets, requests, args.reply_timeout):
+            message = msgpack.unpackb(raw)
+            if message[0] == "reset":
+                body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
+            elif message[0] == "step":
+                observation, reward, terminated, truncated, _ = env.step(message[1])
+                body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
+            elif message[0] == READY:
+                body = []
+            else:
+                packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
+                emit({"handled": handled})
+                return 0
+            # written at once, as the evaluator answers a fast agent; acknowledged with the next wait
+            packets.send([("RPUSH", replies, msgpack.packb(body)), ("EXPIRE", replies, REPLY_TTL_S)])
+            handled += 1
+        raise AssertionError("unreachable: requests_taken ends only by raising")
     finally:
         packets.close()
         env.close()
