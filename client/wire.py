@@ -20,7 +20,6 @@ from typing import Any
 
 import redis
 
-from arbiter.client.spin_wait import SpinWait, window_from_environment
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
@@ -32,6 +31,7 @@ from arbiter.protocol.errors import (
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import Packets, connect, redacted
+from arbiter.protocol.spin_wait import SpinWait, window_from_environment
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ def worker_mirror(args: argparse.Namespace) -> int:
     import msgpack
 
     steps_key, done_key, errors_key = _keys(args.service_id)
-    packets = packets_to(args.redis_url, polls=True)
+    packets = packets_to(args.redis_url, waits_as="agent")
 
     def told(message: list[Any], wait_s: float) -> None:
         """``message`` sent, and the other side's answer waited for."""
@@ -78,7 +78,7 @@ def worker_mirror_env(args: argparse.Namespace) -> int:
     steps_key, done_key, _ = _keys(args.service_id)
     load = lean_loader()
     paths = list_env_paths(args.tests)
-    packets = packets_to(args.redis_url, polls=False)
+    packets = packets_to(args.redis_url, waits_as="evaluator")
     env, playing, stepped = None, -1, 0
     try:
         for raw in requests_taken(packets, steps_key, args.reply_timeout):

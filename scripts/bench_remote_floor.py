@@ -5,9 +5,10 @@ Two processes, ``--worker floor`` (the agent) and ``--worker floor-env`` (the en
 
 - the agent sends each request as RemoteEnv does, in one packet that takes the errors list's next
   entry, queues the request and waits for its reply (``RPOP``, ``LPUSH``, ``BLPOP``), polling its
-  socket as RemoteEnv does (``client/spin_wait.py``);
+  socket as RemoteEnv does (``protocol/spin_wait.py``);
 - the env's side waits and takes as the evaluator does (its blocking ``BLMOVE`` with the reply
-  switched off, then the bounded take), and writes each reply at once (``RPUSH``, ``EXPIRE``).
+  switched off, then the bounded take, polling its socket in the evaluator's window), and writes
+  each reply at once (``RPUSH``, ``EXPIRE``).
 
 Requests and replies are bare msgpack lists: a reset names its seed, a step its action, and a
 reply holds the observation as a list of floats (which carries CartPole's float32 values exactly).
@@ -34,12 +35,15 @@ def _keys(service_id: str) -> tuple[str, str, str]:
     return f"{prefix}:requests", f"{prefix}:replies", f"{prefix}:errors"
 
 
-def packets_to(redis_url: str, polls: bool) -> Any:
-    """arbiter's packets on a connection of their own; ``polls``: wait for replies as RemoteEnv does."""
-    from arbiter.client.spin_wait import SpinWait, window_from_environment
+def packets_to(redis_url: str, waits_as: str) -> Any:
+    """arbiter's packets on a connection of their own, waiting for what they read as ``waits_as``
+    waits: "agent" (RemoteEnv's polling window, ``ARBITER_SPIN_US``) or "evaluator" (the
+    evaluator's, ``ARBITER_EVALUATOR_SPIN_US``, as ``arbiter serve`` reads it)."""
     from arbiter.protocol.redis_conn import Packets, connect
+    from arbiter.protocol.spin_wait import SpinWait, polling_window, window_from_environment
+    from arbiter.server.cli.main import resolve_poll_window_us
 
-    window_s = window_from_environment() if polls else 0.0  # RemoteEnv's window (ARBITER_SPIN_US)
+    window_s = window_from_environment() if waits_as == "agent" else polling_window(resolve_poll_window_us())
     return Packets(connect(redis_url, socket_timeout_s=30.0), waiter=SpinWait(window_s) if window_s > 0 else None)
 
 
@@ -78,7 +82,7 @@ def worker_floor_agent(args: argparse.Namespace) -> int:
     import numpy as np
 
     requests, replies, errors = _keys(args.service_id)
-    packets = packets_to(args.redis_url, polls=True)
+    packets = packets_to(args.redis_url, waits_as="agent")
 
     def request(message: list[Any], wait_s: float = 10.0) -> list[Any]:
         found = packets.run([("RPOP", errors), ("LPUSH", requests, msgpack.packb(message)), ("BLPOP", replies, wait_s)])
@@ -112,7 +116,7 @@ def worker_floor_env(args: argparse.Namespace) -> int:
 
     requests, replies, _ = _keys(args.service_id)
     env = gymnasium.make(args.env_id)
-    packets = packets_to(args.redis_url, polls=False)  # the evaluator's side never polls
+    packets = packets_to(args.redis_url, waits_as="evaluator")
     handled = 0
     try:
         for raw in requests_taken(packets, requests, args.reply_timeout):

@@ -13,7 +13,7 @@ inline, as bench_diambra.py reports it, gives the floor under a frame that trave
                 sends LPUSH + BLPOP in one write, the responder BRPOP, then RPUSH + BRPOP in one
                 write (arbiter's step shape), over the server's unix socket;
   raw-unix-poll the same, the requester polling its socket for the reply before sleeping on it
-                (what arbiter's client does: ``client/spin_wait.py``);
+                (what arbiter's client does: ``protocol/spin_wait.py``);
   raw-tcp       raw-unix over loopback TCP;
   arbiter-unix  the same commands through arbiter's own packets (``protocol.redis_conn.Packets``
                 on redis-py connections: what RemoteEnv and the evaluator send, the requester
@@ -96,8 +96,8 @@ class RawConnection:
 
 
 def packets_connection(url: str, polls: bool = False, large: bool = False) -> Any:
-    from arbiter.client.spin_wait import SpinWait
     from arbiter.protocol.redis_conn import READ_CHUNK, Packets, connect
+    from arbiter.protocol.spin_wait import SpinWait
 
     client = connect(url, socket_timeout_s=30.0, read_chunk=REPLY_CHUNK if large else READ_CHUNK)
     return Packets(client, waiter=SpinWait(POLL_WINDOW_S) if polls else None)

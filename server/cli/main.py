@@ -45,6 +45,9 @@ FLATLAND_ENV_BUDGETS = {
 }
 
 
+EVALUATOR_SPIN_VARIABLE = "ARBITER_EVALUATOR_SPIN_US"
+
+
 def _env_number(name: str, kind: type) -> float | int | None:
     text = os.environ.get(name)
     if text in (None, ""):
@@ -56,6 +59,25 @@ def _env_number(name: str, kind: type) -> float | int | None:
     if value <= 0:
         raise ConfigError(f"environment variable {name}={text!r} must be positive")
     return value
+
+
+def resolve_poll_window_us() -> float:
+    """How long the evaluator polls its socket for the agent's next request before sleeping on it,
+    in microseconds: ``ARBITER_EVALUATOR_SPIN_US`` (0: never), else the transport's default."""
+    from arbiter.server.service.transport import EVALUATOR_WINDOW_US
+
+    text = os.environ.get(EVALUATOR_SPIN_VARIABLE, "").strip()
+    if not text:
+        return EVALUATOR_WINDOW_US
+    try:
+        window_us = float(text)
+    except ValueError:
+        raise ConfigError(
+            f"environment variable {EVALUATOR_SPIN_VARIABLE}={text!r} is not a number of microseconds"
+        ) from None
+    if not window_us >= 0:
+        raise ConfigError(f"environment variable {EVALUATOR_SPIN_VARIABLE}={text!r} must be 0 or more")
+    return window_us
 
 
 def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
@@ -169,6 +191,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=Progress(enabled=not args.quiet, format_name=spec.format),
         redis_outage_s=args.redis_outage_timeout,
         participant=args.participant,
+        poll_window_us=resolve_poll_window_us(),
     )
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
@@ -216,6 +239,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         progress=progress,
         resume=args.resume,
         redis_outage_s=args.redis_outage_timeout,
+        poll_window_us=resolve_poll_window_us(),
     )
     name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
     summary = run_to_end(service, progress, results_dir)

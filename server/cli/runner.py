@@ -43,6 +43,7 @@ from arbiter.server.core.summary import iso_utc, submission_identity
 from arbiter.server.formats import get_format
 from arbiter.server.service.build import run_to_end, start_service
 from arbiter.server.service.loop import EvaluatorService
+from arbiter.server.service.transport import EVALUATOR_WINDOW_US
 
 log = logging.getLogger(__name__)
 
@@ -208,6 +209,7 @@ def run_local(
     stop_check: Callable[[], str | None] | None = None,
     participant: str | None = None,
     submitted_at: float | None = None,
+    poll_window_us: float = EVALUATOR_WINDOW_US,
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
     a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
@@ -255,6 +257,7 @@ def run_local(
             resume=resume,
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
+            poll_window_us=poll_window_us,
         )
         name_submission(
             service.evaluation, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at

@@ -18,7 +18,7 @@ from arbiter.server.formats import get_format
 from arbiter.server.service.events import EventLog, chain
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
-from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, RedisTransport
+from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, EVALUATOR_WINDOW_US, RedisTransport
 
 if TYPE_CHECKING:  # the lines a person watching reads: the command line's, handed in by it
     from arbiter.server.cli.progress import Progress
@@ -34,9 +34,12 @@ def build_service(
     on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
     resume: bool = False,
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
+    poll_window_us: float = EVALUATOR_WINDOW_US,
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
+    ``poll_window_us``: how long it polls for the agent's next request before sleeping (0: never;
+    never either for a format whose plan says not to, ``Plan.polls_for_requests``).
 
     Around the evaluation: the format's recorder (``spec.record_episodes``) wraps the plan, and the
     event log hears of every finished episode and of the end; both see an episode after it is
@@ -80,7 +83,8 @@ def build_service(
         )
         if continues:
             restore(evaluation, records)
-        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s)
+        poll_us = poll_window_us if plan.polls_for_requests else 0.0
+        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_us)
         if not resume:
             transport.clear()  # the events stream too: a watcher sees this evaluation only
     except BaseException:
@@ -102,6 +106,7 @@ def start_service(
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
     on_stop_signal: Callable[[int], None] | None = None,
     redis_label: str | None = None,
+    poll_window_us: float = EVALUATOR_WINDOW_US,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled (each one also given to
     ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
@@ -115,6 +120,7 @@ def start_service(
         on_episode=progress.episode,
         resume=resume,
         redis_outage_s=redis_outage_s,
+        poll_window_us=poll_window_us,
     )
     service.install_signal_handlers(also=on_stop_signal)
     # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the

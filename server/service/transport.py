@@ -14,6 +14,11 @@ evaluator's user may run scripts, the participant's may not: see acl.py) and han
 ``TAKE_BYTES`` at once, cutting a request over the request size limit to one byte more than the
 limit: enough to refuse it as too large, and no more.
 
+While a fast agent decides its next step, the evaluator polls its socket for the request
+before sleeping on it (``protocol/spin_wait.py``: a window of ``spin_us``, adaptive, off with
+fewer than two CPUs): sleeping would leave its vCPU idle, and the agent's request would first
+have to wake that vCPU for Redis to hand it over.
+
 Every call rides out Redis's outages and its refusals of writes for want of memory
 (redis_calls.py); a stop requested by another thread ends the pop the evaluator waits in at once
 (``request_stop``).
@@ -34,6 +39,7 @@ import redis
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import Packets, bounded_take, connect
+from arbiter.protocol.spin_wait import SpinWait, polling_window
 from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailable, StopRequested: the service's
     DEFAULT_OUTAGE_LIMIT_S,
     OutageRidingCalls,
@@ -68,6 +74,10 @@ OOM_PROBE_SUFFIX = ":write-probe"  # a key nobody creates: LPUSHX onto it change
 REPLY_TTL_S = 600
 # An agent whose next request comes within this of its reply gets its replies written at once.
 EAGER_REPLIES_WITHIN_S = 0.002
+# How long the evaluator polls for the next request before sleeping on it (protocol/spin_wait.py):
+# long enough for a fast agent's turn between a reply and its next request, short enough that
+# an agent slower than that soon turns polling off (the window adapts).
+EVALUATOR_WINDOW_US = 300.0
 
 
 class RedisTransport(OutageRidingCalls):
@@ -81,9 +91,14 @@ class RedisTransport(OutageRidingCalls):
         service_id: str,
         outage_limit_s: float = DEFAULT_OUTAGE_LIMIT_S,
         eager_within_s: float = EAGER_REPLIES_WITHIN_S,
+        spin_us: float = EVALUATOR_WINDOW_US,
     ):
+        """``spin_us``: the window, in microseconds, to poll for a request in (0: never poll)."""
         super().__init__(connect(redis_url, socket_timeout_s=MAX_BLOCK_S + HUNG_AFTER_S), redis_url, outage_limit_s)
-        self.packets = Packets(self.redis)  # the waits for commands and the replies that ride with them
+        window_s = polling_window(spin_us)
+        self.spin = SpinWait(window_s) if window_s > 0 else None
+        # The waits for commands and the replies that ride with them.
+        self.packets = Packets(self.redis, waiter=self.spin)
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
         self.errors_key = keys.errors_key(service_id)

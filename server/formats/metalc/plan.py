@@ -128,6 +128,9 @@ def _short(value: Any) -> str:
 
 class MetaLCPlan(Plan):
     columns = COLUMNS
+    # The runner relays every suggest to its fold's process and polls for the evaluator's reply:
+    # with the evaluator polling too, the fold and Redis wait for a CPU and each suggest is slower.
+    polls_for_requests = False
     options: MetaLCOptions
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):

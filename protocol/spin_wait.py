@@ -8,8 +8,12 @@ costs. An agent waiting for its reply has nothing else to do: polling its socket
 window instead of sleeping removes its own wake-up. With the requester polling, a round trip
 through redis-server takes a fraction of what it takes with both sides sleeping
 (``scripts/bench_wire_floor.py`` measures both; the docs' performance page has the figures).
-Only the agent polls: with the evaluator polling too, Redis found no idle CPU to run on, and the
-round trip lost most of the gain.
+
+The evaluator polls too, for the next request, in a shorter window of its own
+(``server/service/transport.py``): one that sleeps leaves its vCPU idle while a fast agent
+decides, and the agent's request then has to wake that vCPU before Redis can hand it over. A
+format whose agent side is more processes than the agent (MetaLC's runner and its fold's) keeps
+its evaluator sleeping: there a polling evaluator takes a CPU they need.
 
 Between two looks at its socket the poller gives its CPU away (``sched_yield``): the way back
 often needs that very CPU. Writing to a socket or a pipe wakes the reader on the writer's CPU,
@@ -21,10 +25,10 @@ process.
 
 The window adapts: a reply that comes within it is a hit, and polling goes on only while most
 recent replies are hits (an exponential average, updated from the time a reply took whether it
-was polled for or slept on), so an evaluator whose steps are slower than the window costs the
-agent no CPU for nothing. Polling needs a CPU to itself: it is off where this process may use
-fewer than two (its affinity, or a container's CPU quota). ``ARBITER_SPIN_US`` sets the window
-(0 turns polling off).
+was polled for or slept on), so a side whose partner is slower than the window spends no CPU
+for nothing. Polling needs a CPU to itself: it is off where this process may use fewer than two
+(its affinity, or a container's CPU quota). ``ARBITER_SPIN_US`` sets the agent's window and
+``ARBITER_EVALUATOR_SPIN_US`` the evaluator's (read by the command line); 0 turns polling off.
 """
 
 from __future__ import annotations
@@ -61,6 +65,13 @@ def usable_cpus() -> float:
     return cpus
 
 
+def polling_window(window_us: float) -> float:
+    """``window_us`` in seconds where this process may poll; 0 where it has fewer than two CPUs."""
+    if not window_us >= 0:
+        raise ValueError(f"the polling window must be 0 or more microseconds, got {window_us!r}")
+    return window_us / 1e6 if usable_cpus() >= 2 else 0.0
+
+
 def window_from_environment(window_us: float | None = None) -> float:
     """The polling window in seconds: ``window_us`` if given, else ``ARBITER_SPIN_US``, else
     ``DEFAULT_WINDOW_US``; 0 where fewer than two CPUs are usable."""
@@ -70,16 +81,12 @@ def window_from_environment(window_us: float | None = None) -> float:
             window_us = float(raw) if raw else DEFAULT_WINDOW_US
         except ValueError:
             raise ValueError(f"ARBITER_SPIN_US must be a number of microseconds, got {raw!r}") from None
-    if not window_us >= 0:
-        raise ValueError(f"the polling window must be 0 or more microseconds, got {window_us!r}")
-    if usable_cpus() < 2:
-        return 0.0
-    return window_us / 1e6
+    return polling_window(window_us)
 
 
 class SpinWait:
     """Reads a reply's bytes from a socket, polling it for up to ``window_s`` first while that
-    pays (see the module's docstring). The waiter of ``protocol.redis_conn.Packets``."""
+    pays (see the module's docstring). A waiter of ``protocol.redis_conn.Packets``."""
 
     def __init__(self, window_s: float):
         self.window_s = window_s

@@ -1,4 +1,4 @@
-"""client/spin_wait.SpinWait: the client polls its socket for a reply before sleeping on it, only
+"""protocol/spin_wait.SpinWait: a side polls its socket for a reply before sleeping on it, only
 while replies come within the window, and only where it has a CPU to spare; replies are the
 same either way. Against a real redis-server."""
 
@@ -16,11 +16,11 @@ import pytest
 import redis
 from harness import finish, read_episodes, remote_episode, running_service, wait_for
 
-from arbiter.client import spin_wait
 from arbiter.client.remote_env import RemoteEnv
-from arbiter.client.spin_wait import MIN_HIT_RATE, SpinWait, usable_cpus, window_from_environment
 from arbiter.client.wire import Wire
+from arbiter.protocol import spin_wait
 from arbiter.protocol.redis_conn import Packets, connect
+from arbiter.protocol.spin_wait import MIN_HIT_RATE, SpinWait, usable_cpus, window_from_environment
 from arbiter.server.core.competition import spec_from_dict
 
 
