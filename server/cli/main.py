@@ -177,6 +177,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not agent:
         raise ConfigError("no agent command: use  arbiter run [options] -- python my_agent.py")
     spec = resolve_spec(args)
+    poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
     if not tests and get_format(spec.format).requires_tests:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
@@ -191,7 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         progress=Progress(enabled=not args.quiet, format_name=spec.format),
         redis_outage_s=args.redis_outage_timeout,
         participant=args.participant,
-        poll_window_us=resolve_poll_window_us(),
+        poll_window_us=poll_window_us,
     )
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
@@ -220,6 +221,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     keep_freed_memory()
     spec = resolve_spec(args)
+    poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
     if not tests and get_format(spec.format).requires_tests:
         raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
@@ -239,7 +241,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         progress=progress,
         resume=args.resume,
         redis_outage_s=args.redis_outage_timeout,
-        poll_window_us=resolve_poll_window_us(),
+        poll_window_us=poll_window_us,
     )
     name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
     summary = run_to_end(service, progress, results_dir)

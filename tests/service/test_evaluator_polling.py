@@ -76,10 +76,12 @@ def test_the_command_line_reads_the_window_from_arbiter_evaluator_spin_us(monkey
         resolve_poll_window_us()
 
 
-def test_arbiter_run_refuses_a_window_that_is_not_a_number_before_starting_anything(tmp_path):
+@pytest.mark.parametrize("command", [["run"], ["serve"]])
+def test_run_and_serve_refuse_a_window_that_is_not_a_number_before_starting_anything(tmp_path, command):
     results = tmp_path / "results"
+    agent = ["--", sys.executable, "-c", "0"] if command == ["run"] else []
     run = subprocess.run(
-        [sys.executable, "-m", "arbiter.server.cli", "run", "--results", str(results), "--", sys.executable, "-c", "0"],
+        [sys.executable, "-m", "arbiter.server.cli", *command, "--results", str(results), *agent],
         env={**os.environ, EVALUATOR_SPIN_VARIABLE: "fast"},
         capture_output=True,
         text=True,
