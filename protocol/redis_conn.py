@@ -31,6 +31,8 @@ LARGE_READ_CHUNK = 1 << 20
 # A command argument larger than this is framed by hand and sent as it is: hiredis's packer
 # copies a large argument slowly (~1.2 ms for 740 KB, where a plain copy takes ~25 µs).
 LARGE_ARGUMENT = 64 * 1024
+# A command: its arguments, or the command already packed (``pack``).
+Command = tuple[Any, ...] | bytes
 
 
 def connect(redis_url: str, socket_timeout_s: float, read_chunk: int = READ_CHUNK) -> redis.Redis:
@@ -84,12 +86,12 @@ class Packets:
         """Replies of sent commands that no ``run`` has read yet."""
         return self._unread
 
-    def send(self, commands: Sequence[tuple[Any, ...]]) -> None:
+    def send(self, commands: Sequence[Command]) -> None:
         """Write ``commands`` now and read their replies with the next ``run``'s: what must reach
         Redis at once (a reply an agent waits for) without waiting for Redis's answer."""
         self._exchange(commands, read=False)
 
-    def run(self, commands: Sequence[tuple[Any, ...]], errors_in_place: bool = False, unanswered: int = 0) -> list[Any]:
+    def run(self, commands: Sequence[Command], errors_in_place: bool = False, unanswered: int = 0) -> list[Any]:
         """Write ``commands`` and return their replies (read after those of earlier sends). An
         error reply is raised, or with ``errors_in_place`` returned as its ``ResponseError``,
         the replies of earlier sends included. ``unanswered``: how many of ``commands`` Redis
@@ -97,7 +99,7 @@ class Packets:
         return self._exchange(commands, read=True, errors_in_place=errors_in_place, unanswered=unanswered)
 
     def _exchange(
-        self, commands: Sequence[tuple[Any, ...]], read: bool, errors_in_place: bool = False, unanswered: int = 0
+        self, commands: Sequence[Command], read: bool, errors_in_place: bool = False, unanswered: int = 0
     ) -> list[Any]:
         self.connect()  # closed after a failure, or never opened
         connection = self._connection
@@ -191,20 +193,33 @@ class Packets:
             self._connection = None
 
 
-def packed(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+def pack(command: tuple[Any, ...]) -> bytes:
+    """``command`` in Redis's protocol, for a caller that sends the same command many times: a
+    packed command goes into a packet as it is (hiredis's packer costs about a microsecond a
+    command, more than the rest of a turn's bookkeeping)."""
+    return pack_command(command)
+
+
+def packed(commands: Sequence[Command]) -> list[bytes]:
     """The commands in Redis's protocol, as the pieces to write in order: one piece, unless an
-    argument is larger than ``LARGE_ARGUMENT``, which is then a piece of its own (never copied)."""
+    argument is larger than ``LARGE_ARGUMENT``, which is then a piece of its own (never copied).
+    A command given as bytes is one packed already (``pack``)."""
     for command in commands:
+        if type(command) is bytes:
+            continue
         for argument in command:
             if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
                 return _packed_around_large(commands)
-    return [b"".join([pack_command(command) for command in commands])]
+    return [b"".join([command if type(command) is bytes else pack_command(command) for command in commands])]
 
 
-def _packed_around_large(commands: Sequence[tuple[Any, ...]]) -> list[bytes]:
+def _packed_around_large(commands: Sequence[Command]) -> list[bytes]:
     pieces: list[bytes] = []
     small: list[bytes] = []
     for command in commands:
+        if type(command) is bytes:
+            small.append(command)
+            continue
         if not any(_is_large(argument) for argument in command):
             small.append(pack_command(command))
             continue

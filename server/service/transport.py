@@ -38,7 +38,7 @@ import redis
 
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ConfigError
-from arbiter.protocol.redis_conn import Packets, bounded_take, connect
+from arbiter.protocol.redis_conn import Command, Packets, bounded_take, connect, pack
 from arbiter.protocol.spin_wait import SpinWait, polling_window
 from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailable, StopRequested: the service's
     DEFAULT_OUTAGE_LIMIT_S,
@@ -122,6 +122,8 @@ class RedisTransport(OutageRidingCalls):
         # Whether Redis has the bounded take's script cached: EVALSHA then spares sending its text.
         # A Redis that lost its cache (a restart, SCRIPT FLUSH) answers NOSCRIPT: the text goes again.
         self._script_cached = False
+        self._wait_shape: tuple[float, bool] | None = None  # what the packed wait was made for
+        self._wait_packed: list[bytes] = []
 
     def request_stop(self) -> None:
         """Give up waiting for Redis. Asked by another thread than the evaluator's while the
@@ -193,23 +195,14 @@ class RedisTransport(OutageRidingCalls):
         nothing of any size reaches the evaluator but through the bounded take. Redis runs a blocked
         client's next command only once the block ends, so the script sent in the same packet
         takes the commands that were queued when the wait returned."""
-        key = self.commands_key
         # A stop asked from another thread shuts down the socket this wait uses (request_stop):
         # checked once that socket exists, it is either seen here or cuts the wait off.
         self.packets.connect()
         if self.stop_requested:
             return []
         waited_from = time.monotonic()
-        ok, taken = self._run_after_replies(
-            [
-                ("CLIENT", "REPLY", "OFF"),
-                ("BLMOVE", key, key, "RIGHT", "RIGHT", round(block_s, 3)),
-                ("CLIENT", "REPLY", "ON"),
-                self._take_command(POP_BATCH),
-            ],
-            unanswered=2,
-            own_errors_in_place=True,
-        )
+        wait = self._wait_commands(round(block_s, 3))
+        ok, taken = self._run_after_replies(wait, unanswered=2, own_errors_in_place=True)
         if ok != b"OK":
             # Redis refused to switch replies off (a user without CLIENT): it answered every
             # command, the wait with the request it saw, and the answers are out of step.
@@ -222,6 +215,22 @@ class RedisTransport(OutageRidingCalls):
         if not commands and time.monotonic() - waited_from < block_s - EARLY_WAKE_S:
             self._raise_if_refusing_writes()
         return commands
+
+    def _wait_commands(self, block_s: float) -> list[bytes]:
+        """The wait's commands (``_wait_and_take``), packed: the same from one turn to the next
+        while its timeout and the script's state in Redis stay as they were, so they are packed
+        again only when either changes."""
+        shape = (block_s, self._script_cached)
+        if shape != self._wait_shape:
+            key = self.commands_key
+            self._wait_packed = [
+                pack(("CLIENT", "REPLY", "OFF")),
+                pack(("BLMOVE", key, key, "RIGHT", "RIGHT", block_s)),
+                pack(("CLIENT", "REPLY", "ON")),
+                pack(self._take_command(POP_BATCH)),
+            ]
+            self._wait_shape = shape
+        return self._wait_packed
 
     def _raise_if_refusing_writes(self) -> None:
         """A wait that returned early with nothing to take may have been refused: Redis refuses
@@ -251,7 +260,7 @@ class RedisTransport(OutageRidingCalls):
         return reply
 
     def _run_after_replies(
-        self, commands: list[tuple[Any, ...]], unanswered: int = 0, own_errors_in_place: bool = False
+        self, commands: list[Command], unanswered: int = 0, own_errors_in_place: bool = False
     ) -> list[Any]:
         """``commands`` in one packet behind the replies not written yet, reading the
         acknowledgements of those written before; their replies (``unanswered``: how many of

@@ -10,7 +10,7 @@ import pytest
 import redis
 from harness import in_forked_child, wait_for
 
-from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, packed
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, pack, packed
 
 
 @pytest.fixture
@@ -143,6 +143,24 @@ def test_packed_pieces_are_the_bytes_hiredis_would_send():
     assert any(piece is large for piece in pieces)  # the large argument itself, not a copy
     small_only = [("LPUSH", "c", b"x" * 100), ("BLPOP", "r", 2.0)]
     assert packed(small_only) == [b"".join(hiredis.pack_command(command) for command in small_only)]
+
+
+def test_a_command_packed_ahead_goes_into_the_packet_as_it_is(packets, redis_conn):
+    """``pack`` once, send many times: the bytes are those of the command given as arguments, in
+    a packet of small commands or beside a large argument, and Redis answers each command."""
+    large = b"L" * (LARGE_ARGUMENT + 1)
+    length = pack(("LLEN", "packed-ahead"))
+    assert packed([length, ("ECHO", "x")]) == [
+        hiredis.pack_command(("LLEN", "packed-ahead")) + hiredis.pack_command(("ECHO", "x"))
+    ]
+    around_large = [length, ("RPUSH", "packed-ahead", large), length]
+    as_arguments = [("LLEN", "packed-ahead"), ("RPUSH", "packed-ahead", large), ("LLEN", "packed-ahead")]
+    pieces = packed(around_large)
+    assert b"".join(pieces) == b"".join(hiredis.pack_command(command) for command in as_arguments)
+    assert any(piece is large for piece in pieces)  # still written as it is
+    assert packets.run(around_large) == [0, 1, 1]
+    assert packets.run([length, ("RPUSH", "packed-ahead", b"small"), length]) == [1, 2, 2]
+    assert redis_conn.lrange("packed-ahead", 0, -1) == [large, b"small"]
 
 
 def test_an_argument_of_another_type_is_refused_before_anything_is_sent():

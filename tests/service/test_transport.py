@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 import time
 
+import hiredis
 import pytest
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.service import transport as transport_module
 from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES, RedisTransport
 
 
@@ -209,3 +211,36 @@ def test_a_redis_user_that_may_not_switch_replies_off_is_refused_with_the_reason
     finally:
         transport.close()
         redis_conn.acl_deluser("no-client")
+
+
+def test_the_wait_is_packed_once_and_again_only_when_its_timeout_changes(
+    transport, redis_conn, service_id, monkeypatch
+):
+    """Packing the wait's four commands costs more than the rest of a turn's bookkeeping: turns
+    that wait with the same timeout send the same packed commands."""
+    packs: list[tuple] = []
+
+    def counted_pack(command: tuple) -> bytes:
+        packs.append(command)
+        return hiredis.pack_command(command)
+
+    monkeypatch.setattr(transport_module, "pack", counted_pack)
+    commands_key = keys.commands_key(service_id)
+    far = time.monotonic() + 30.0  # every wait blocks for MAX_BLOCK_S
+    packed_after = []
+    for n in range(5):
+        redis_conn.lpush(commands_key, f"step-{n}".encode())
+        assert transport.pop(far) == f"step-{n}".encode()
+        packed_after.append(len(packs))
+    # The first wait sends the take's script as text; once Redis has it, by its digest: packed
+    # again once, then never.
+    assert packed_after == [4, 8, 8, 8, 8]
+    assert [packs[1][0], packs[1][-1], packs[3][0], packs[7][0]] == [
+        "BLMOVE",
+        transport_module.MAX_BLOCK_S,
+        "EVAL",
+        "EVALSHA",
+    ]
+    redis_conn.lpush(commands_key, b"near its deadline")
+    assert transport.pop(time.monotonic() + 0.5) == b"near its deadline"  # a shorter wait: packed again
+    assert len(packs) == 12 and packs[9][0] == "BLMOVE" and packs[9][-1] < transport_module.MAX_BLOCK_S
