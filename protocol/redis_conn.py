@@ -195,8 +195,8 @@ class Packets:
 
 def pack(command: tuple[Any, ...]) -> bytes:
     """``command`` in Redis's protocol, for a caller that sends the same command many times: a
-    packed command goes into a packet as it is (hiredis's packer costs about a microsecond a
-    command, more than the rest of a turn's bookkeeping)."""
+    packed command goes into a packet as it is, where packing it again each time would cost the
+    caller more than the rest of its turn's bookkeeping (the docs' performance page)."""
     return pack_command(command)
 
 
@@ -210,14 +210,14 @@ def packed(commands: Sequence[Command]) -> list[bytes]:
         for argument in command:
             if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
                 return _packed_around_large(commands)
-    return [b"".join([command if type(command) is bytes else pack_command(command) for command in commands])]
+    return [b"".join([command if isinstance(command, bytes) else pack_command(command) for command in commands])]
 
 
 def _packed_around_large(commands: Sequence[Command]) -> list[bytes]:
     pieces: list[bytes] = []
     small: list[bytes] = []
     for command in commands:
-        if type(command) is bytes:
+        if isinstance(command, bytes):
             small.append(command)
             continue
         if not any(_is_large(argument) for argument in command):

@@ -47,19 +47,20 @@ def packets_to(redis_url: str, waits_as: str) -> Any:
     return Packets(connect(redis_url, socket_timeout_s=30.0), waiter=SpinWait(window_s) if window_s > 0 else None)
 
 
-def evaluator_wait(packets: Any, key: str) -> list[tuple[Any, ...]]:
+def evaluator_wait(packets: Any, key: str) -> list[bytes]:
     """The evaluator's wait for requests queued on ``key``, as ``RedisTransport`` sends it: a
     blocking ``BLMOVE`` of the list onto itself with the reply switched off, then the bounded take
-    (whose script this loads first). ``packets.run(wait, unanswered=2)[-1]`` is what was taken."""
-    from arbiter.protocol.redis_conn import BOUNDED_TAKE_SCRIPT, bounded_take
+    (whose script this loads first), packed once. ``packets.run(wait, unanswered=2)[-1]`` is what
+    was taken."""
+    from arbiter.protocol.redis_conn import BOUNDED_TAKE_SCRIPT, bounded_take, pack
     from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES
 
     packets.run([("SCRIPT", "LOAD", BOUNDED_TAKE_SCRIPT)])
     return [
-        ("CLIENT", "REPLY", "OFF"),
-        ("BLMOVE", key, key, "RIGHT", "RIGHT", 1.0),
-        ("CLIENT", "REPLY", "ON"),
-        bounded_take(key, POP_BATCH, TAKE_BYTES, REQUEST_LIMIT, cached=True),
+        pack(("CLIENT", "REPLY", "OFF")),
+        pack(("BLMOVE", key, key, "RIGHT", "RIGHT", 1.0)),
+        pack(("CLIENT", "REPLY", "ON")),
+        pack(bounded_take(key, POP_BATCH, TAKE_BYTES, REQUEST_LIMIT, cached=True)),
     ]
 
 
