@@ -14,8 +14,8 @@ As the challenge's ingestion program did:
   ``suggest(observation)`` (None first) until the dataset's time budget is spent. The observation
   is ``(A, C_A, score)`` with A the very object the agent passed.
 
-Every step asks for the next dataset (``{"arbiter": {"next": true}}``): the one that ends a
-dataset brings the next one's ENV_CREATE reply, which spares a round trip per dataset.
+Within a fold, every step asks for the next dataset (``{"arbiter": {"next": true}}``): the one
+that ends a dataset brings the next one's ENV_CREATE reply, which spares a round trip per dataset.
 
 Unlike it, each fold's agent lives in a process of its own (``arbiter.client.metalc_fold``), so
 that no fold can remember another: a fold meta-trains on the other folds' test curves, which hold
@@ -24,8 +24,14 @@ for the first time, its working directory a fresh copy of the submission folder,
 TMPDIR (TMP, TEMP) folders of its own; at the fold's end that process and whatever it started in
 its process group are killed and its folders removed (on SIGTERM or SIGHUP too; on Linux the
 kernel kills it if this process is killed). Its environment loses arbiter's connection
-variables. This process keeps the one connection to the evaluator and relays ``meta_train``,
-``reset`` and ``suggest`` over a pipe; it never imports the agent.
+variables. This process never imports the agent. It holds the evaluation's session (one client,
+as the evaluator sees it) and hands it to the fold's process over a pipe for as long as that
+process plays its datasets, each step sent from there on a connection of its own
+(``arbiter.client.metalc_play``): a ``suggest`` costs one round trip to the evaluator, nothing
+relayed. It takes the session back when a dataset ends without bringing the next one (the fold's
+last, one that timed out) and asks for the next dataset itself, so a fold's meta-training data
+reaches the runner first, never through an earlier fold's process. ``Runner.round_trips`` holds
+what every request took, by kind.
 
 Seeding: each fold's process is seeded as the challenge seeded its own at the start of the run
 (development: Python's ``random`` with 208 before the agent's module is imported; final run r:
@@ -47,207 +53,21 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
-import select
-import shutil
 import signal
-import subprocess
+import statistics
 import sys
-import tempfile
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from arbiter.client import metalc_fold
-from arbiter.client.metalc_fold import FROM_FOLD_LIMITS, FoldPipeClosed, read_frame, write_frame
+from arbiter.client.metalc_play import STEP_KINDS, TIMED
+from arbiter.client.metalc_process import FoldProcess, Submission, refusal
 from arbiter.client.wire import Wire
-from arbiter.protocol.errors import ArbiterError, DecodeError, EvaluatorRestarted, InvalidAction, TimeoutException
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
+from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, TimeoutException
+from arbiter.protocol.messages import FLATLAND_RL, PROTOCOL_VERSION, extension
 
 log = logging.getLogger("arbiter.metalc")
 
 CLIENT_NAME = "arbiter.client.metalc"
-# The fold's interpreter. Its working folder is the agent's, which must not shadow arbiter's own
-# modules: arbiter comes from where it is installed, and the agent's folder is put first on the
-# path once arbiter is loaded (metalc_fold.import_agent_class). metalc_fold is loaded from its
-# file, without the arbiter.client package, whose Redis client a fold has no use for (a third of
-# the fold's start-up).
-BOOT = (
-    "import importlib.util, sys\n"
-    "if not sys.flags.safe_path:\n"
-    "    del sys.path[0]\n"
-    "spec = importlib.util.spec_from_file_location('arbiter_metalc_fold', sys.argv[1])\n"
-    "fold = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(fold)\n"
-    "fold.main(sys.argv[2:])\n"
-)
-# The agent has no business with the evaluator: its process does not get the way to reach it.
-CONNECTION_VARIABLES = ("ARBITER_REDIS_URL", "AICROWD_SUBMISSION_ID", "redis_ip")
-STOP_GRACE_S = 2.0  # a fold's process ends on its own once its pipe closes; then it is killed
-
-
-@dataclass(frozen=True)
-class Submission:
-    folder: str
-    module: str = "agent"
-
-    @classmethod
-    def checked(cls, folder: str, module: str = "agent") -> Submission:
-        folder = os.path.abspath(folder)
-        if not os.path.isdir(folder):
-            raise ArbiterError(f"no submission folder {folder}")
-        if not os.path.isfile(os.path.join(folder, f"{module}.py")):
-            raise ArbiterError(f"no {module}.py in {folder}")
-        return cls(folder, module)
-
-
-# A fold's folder is named after the runner that made it, so that the folders of a runner that
-# was killed outright (its fold process dies with it; its folder stays) are found and removed.
-FOLD_FOLDER_PREFIX = "arbiter-metalc-fold-"
-
-
-def remove_abandoned_folds() -> None:
-    """Remove the fold folders of runners that no longer run (this user's only)."""
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        pid_text = name[len(FOLD_FOLDER_PREFIX) :].split("-", 1)[0]
-        if not name.startswith(FOLD_FOLDER_PREFIX) or not pid_text.isdigit():
-            continue
-        path = os.path.join(root, name)
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue
-            os.kill(int(pid_text), 0)  # raises when no such process runs
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue
-
-
-class FoldProcess:
-    """One fold's agent process, in a fresh copy of the submission folder (see the module docstring)."""
-
-    def __init__(self, submission: Submission, label: str):
-        self.label = label
-        self.process: subprocess.Popen[bytes] | None = None
-        self.to_fold: int | None = None
-        self.from_fold: int | None = None
-        remove_abandoned_folds()
-        self.root = tempfile.mkdtemp(prefix=f"{FOLD_FOLDER_PREFIX}{os.getpid()}-")
-        try:
-            workdir = os.path.join(self.root, "submission")
-            shutil.copytree(submission.folder, workdir)
-            env = self._environment()
-            fold_reads, self.to_fold = os.pipe()
-            self.from_fold, fold_writes = os.pipe()
-            fold_argv = [metalc_fold.__file__, str(fold_reads), str(fold_writes), str(os.getpid())]
-            try:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-c", BOOT, *fold_argv],
-                    cwd=workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    pass_fds=(fold_reads, fold_writes),
-                    start_new_session=True,  # its own process group: killed whole at the fold's end
-                )
-            finally:
-                os.close(fold_reads)
-                os.close(fold_writes)
-        except BaseException:
-            self.close()
-            raise
-
-    def _environment(self) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if k not in CONNECTION_VARIABLES}
-        for name in ("home", "tmp"):
-            os.mkdir(os.path.join(self.root, name))
-        env["HOME"] = os.path.join(self.root, "home")
-        for variable in ("TMPDIR", "TMP", "TEMP"):
-            env[variable] = os.path.join(self.root, "tmp")
-        return env
-
-    def request(self, message: list[Any], expected: str) -> list[Any]:
-        """Send ``message``; the fold's answer, which must be an ``expected`` message."""
-        try:
-            write_frame(self.to_fold, message)
-        except BrokenPipeError:
-            pass  # the process ended: why, if it said, is read below
-        try:
-            answer = read_frame(self.from_fold, FROM_FOLD_LIMITS)
-        except FoldPipeClosed:
-            status = self._status()
-            raise ArbiterError(f"{self.label}: the agent's process ended without answering ({status})") from None
-        except DecodeError as exc:
-            raise ArbiterError(f"{self.label}: the agent's process sent an unreadable answer: {exc}") from None
-        if isinstance(answer, list) and answer and answer[0] == "error" and len(answer) == 2:
-            raise ArbiterError(f"{self.label}: the agent failed: {answer[1]}")
-        if not (isinstance(answer, list) and answer and answer[0] == expected and _well_formed(answer)):
-            raise ArbiterError(f"{self.label}: the agent's process sent {_short(answer)} where {expected!r} was due")
-        return answer
-
-    def _status(self) -> str:
-        """How the process ended, once it has (waited for a moment: its pipe closes as it exits)."""
-        if self.process is None:
-            return "it never started"
-        give_up = time.monotonic() + STOP_GRACE_S
-        while time.monotonic() < give_up:
-            # left unreaped (WNOWAIT): close() kills its process group by the process's id
-            ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-            if ended is not None:
-                if ended.si_code == os.CLD_EXITED:
-                    return f"exit status {ended.si_status}"
-                return f"killed by signal {ended.si_status}"
-            time.sleep(0.005)
-        return "it closed its pipe and goes on"
-
-    def close(self) -> None:
-        """End the fold: its process (and its process group) gone, its folders removed."""
-        if self.to_fold is not None:
-            os.close(self.to_fold)  # the fold reads the end of its pipe and exits
-            self.to_fold = None
-        if self.from_fold is not None:
-            self._await_exit(self.from_fold)
-            os.close(self.from_fold)
-            self.from_fold = None
-        if self.process is not None:
-            # Not yet reaped, the process keeps its id: its process group's id names no one else.
-            try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            self.process.wait()
-            self.process = None
-        shutil.rmtree(self.root, ignore_errors=True)
-
-    @staticmethod
-    def _await_exit(from_fold: int) -> None:
-        """Read the fold's pipe to its end, which comes when the process exits (or when it and the
-        processes it started have closed it), for up to ``STOP_GRACE_S``."""
-        give_up = time.monotonic() + STOP_GRACE_S
-        while (left := give_up - time.monotonic()) > 0:
-            readable, _, _ = select.select([from_fold], [], [], left)
-            if readable and not os.read(from_fold, 1 << 16):
-                return
-
-
-def _well_formed(answer: list[Any]) -> bool:
-    if answer[0] != "action":
-        return len(answer) == 1
-    return (
-        len(answer) == 4
-        and (answer[1] is None or isinstance(answer[1], str))
-        and isinstance(answer[2], str)
-        and isinstance(answer[3], (int, float, str))
-    )
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
 
 
 class Runner:
@@ -268,6 +88,12 @@ class Runner:
         self.timeouts = 0
         self.restarts = 0
         self.fold_start_s: list[float] = []  # per fold: its process started and the agent imported
+        # What every request took, by kind: the folds' (metalc_play.TIMED) and the runner's own
+        # ENV_CREATEs that opened a dataset ("fold_create" when it brought a fold's meta-training
+        # data, else "create": after a dataset that timed out).
+        self.round_trips: dict[str, dict[str, Any]] = {
+            kind: {"count": 0, "total_s": 0.0, "samples": []} for kind in (*TIMED, "create", "fold_create")
+        }
 
     def play(self) -> dict[str, Any]:
         """Every dataset the evaluator hands out, then ENV_SUBMIT; its reply."""
@@ -283,30 +109,41 @@ class Runner:
             self._end_fold()
 
     def _play_until_submitted(self) -> dict[str, Any]:
-        body: dict[str, Any] | None = None  # the next dataset, when the last step's reply brought it
         while True:
+            body = self._create()
             if body is None:
-                try:
-                    body = self.wire.request(FLATLAND_RL.ENV_CREATE, {})["payload"]
-                except TimeoutException as exc:  # told late of a timeout: the next request goes on
-                    log.warning("%s", exc)
-                    continue
+                continue
             ext = extension(body)
             if ext.get("finished"):
                 break
             self._begin(ext)
-            body = self._play_dataset(body["info"]["dataset_meta_features"], ext)
+            self._play(body)
         self._end_fold()
         return self.wire.request(FLATLAND_RL.ENV_SUBMIT, {})["payload"]
 
+    def _create(self) -> dict[str, Any] | None:
+        """The next dataset's ENV_CREATE payload; None when the evaluator told of a timeout late
+        (the next request goes on)."""
+        before = time.perf_counter()
+        try:
+            body = self.wire.request(FLATLAND_RL.ENV_CREATE, {})["payload"]
+        except TimeoutException as exc:
+            log.warning("%s", exc)
+            return None
+        seconds = time.perf_counter() - before
+        ext = extension(body)
+        if not ext.get("finished"):
+            kind = "fold_create" if "meta_train" in ext else "create"
+            self._add_trips({kind: {"count": 1, "total_s": seconds, "samples": [seconds]}})
+        return body
+
     def _begin(self, ext: dict[str, Any]) -> None:
-        """The fold's process, started and meta-trained at the fold's first dataset."""
+        """The fold's process, started at the fold's first dataset (it meta-trains in its first play)."""
         run, fold = ext["run"], ext["fold"]
         if self.fold_key == (run, fold):
             return
         self._end_fold()
-        data = ext.get("meta_train")
-        if data is None:
+        if ext.get("meta_train") is None:
             raise ArbiterError(f"run {run}, fold {fold}: the evaluator sent no meta-training data for this fold")
         began = time.perf_counter()
         self.fold = FoldProcess(self.submission, f"run {run}, fold {fold}")
@@ -319,37 +156,39 @@ class Runner:
         }
         self.fold.request(["start", start], "imported")
         self.fold_start_s.append(time.perf_counter() - began)
-        self.fold.request(["meta_train", data], "ready")
         self.fold_key = (run, fold)
-        log.info("run %s, fold %s: agent meta-trained on %d datasets", run, fold, len(data["datasets"]))
 
     def _end_fold(self) -> None:
         if self.fold is not None:
             self.fold.close()
         self.fold, self.fold_key = None, None
 
-    def _play_dataset(self, dataset_meta_features: dict[str, str], ext: dict[str, Any]) -> dict[str, Any] | None:
-        """Play one dataset to its end; the next dataset's ENV_CREATE reply when the last step's
-        reply brought it (each step asks for it: ``next``), else None."""
+    def _play(self, body: dict[str, Any]) -> None:
+        """The fold's process plays from this dataset on, on this runner's session, for as long
+        as each ending step brings the fold's next dataset (``metalc_play``)."""
         fold = self.fold
         assert fold is not None
-        answer = fold.request(["reset", dataset_meta_features], "action")
-        request, asks = self.wire.request, {"reply": True, "next": True}
-        while True:
-            try:
-                body = request(FLATLAND_RL.ENV_STEP, {"action": answer[1:], EXTENSION_KEY: asks})["payload"]
-            except TimeoutException as exc:
-                self.timeouts += 1
-                log.warning("run %s, dataset %s: %s (it scores 0)", ext["run"], ext["dataset"], exc)
-                return None
-            except InvalidAction as exc:
-                raise ArbiterError(f"run {ext['run']}, dataset {ext['dataset']}: {exc}") from None
-            if body["done"]:
-                self.datasets += 1
-                next_dataset = extension(body).get("next")
-                return next_dataset if isinstance(next_dataset, dict) else None
-            _, reached, score = body["observation"]
-            answer = fold.request(["observe", reached, score], "action")
+        kind, told = fold.request(
+            ["play", {"session": self.wire.hand_over(), "body": body}], "played", "restarted", "refused"
+        )
+        self.wire.take_back(told["seq"])
+        if kind == "restarted":  # the fold's agent is gone with what it learnt (see play)
+            resume_item = told.get("resume_item")
+            raise EvaluatorRestarted(told["message"], resume_item if type(resume_item) is int else None)
+        if kind == "refused":
+            raise refusal(told["kind"], told["message"])
+        self.datasets += told["datasets"]
+        self.timeouts += len(told["timeouts"])
+        for line in told["timeouts"]:
+            log.warning("%s", line)
+        self._add_trips(told["round_trips"])
+
+    def _add_trips(self, table: dict[str, dict[str, Any]]) -> None:
+        for kind, row in table.items():
+            mine = self.round_trips[kind]
+            mine["count"] += row["count"]
+            mine["total_s"] += row["total_s"]
+            mine["samples"] += row["samples"]
 
 
 def run(submission_dir: str, *, agent_module: str = "agent", wire: Any = None) -> dict[str, Any]:
@@ -363,6 +202,12 @@ def run(submission_dir: str, *, agent_module: str = "agent", wire: Any = None) -
         log.info(
             "%d datasets played, %d timed out; %d evaluator restarts", runner.datasets, runner.timeouts, runner.restarts
         )
+        steps = [runner.round_trips[kind] for kind in STEP_KINDS]
+        count = sum(row["count"] for row in steps)
+        if count:
+            samples = [seconds for row in steps for seconds in row["samples"]]
+            log.info("%d steps, round trip to the evaluator: mean %.0f µs, median %.0f µs", count,
+                     sum(row["total_s"] for row in steps) / count * 1e6, statistics.median(samples) * 1e6)  # fmt: skip
         return scores
     finally:
         if own_wire:

@@ -11,20 +11,22 @@ What travels: frames of a length prefix (``FRAME_HEADER``) and a msgpack body
 
     runner → fold   ["start", {module, seeding, seed_before_import, algorithms, algorithms_meta_features}]
     fold → runner   ["imported"]
-    runner → fold   ["meta_train", data]            (the evaluator's ``arbiter["meta_train"]``)
-    fold → runner   ["ready"]
-    runner → fold   ["reset", dataset_meta_features]
-    fold → runner   ["action", A_star name or None, A name, delta_t]   (the first suggest)
-    runner → fold   ["observe", C_A, score]
-    fold → runner   ["action", ...]                  (every later suggest)
+    runner → fold   ["play", {session, body}]   (the runner's session; a dataset's ENV_CREATE payload)
+    fold → runner   ["played", {seq, datasets, timeouts, round_trips}]
+                    or ["restarted", {seq, message, resume_item}] or ["refused", {seq, kind, message}]
+    ...             (another "play" for the fold's next dataset, when the last one did not bring it)
     fold → runner   ["error", message]               (instead of any answer; then the fold exits)
 
+A ``play`` is the fold's datasets played on the runner's session, each step sent from here
+(``arbiter.client.metalc_play``): the fold's first ``play`` meta-trains the agent on its body's
+``meta_train`` first.
 The runner closing its end ends the fold. The observation handed to ``suggest`` holds the very A
 object the agent returned, which never leaves this process.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import os
 import random
@@ -35,13 +37,15 @@ from typing import Any
 
 import numpy as np
 
+from arbiter.client.metalc_play import FoldPlayer
 from arbiter.protocol import codec
 from arbiter.protocol.errors import ArbiterError
 
 FRAME_HEADER = struct.Struct("<I")
-# What the runner accepts from the agent's process: one action or one error message. The agent's
-# side is the agent's code, so its frames are read with the bounds of any untrusted request.
-FROM_FOLD_LIMITS = codec.COMMAND_LIMITS
+# What the runner accepts from the agent's process: how a play went (its round trips' samples
+# the largest part) or an error message. The agent's side is the agent's code, so its frames are
+# read with the bounds of an untrusted request, a larger size allowed for those samples.
+FROM_FOLD_LIMITS = dataclasses.replace(codec.COMMAND_LIMITS, max_bytes=1 << 20)
 TO_FOLD_LIMITS = codec.REPLY_LIMITS  # from the runner: trusted, and large (the meta-training curves)
 ERROR_TEXT_CHARS = 3000  # an error's text as sent to the runner (the full traceback goes to stderr)
 
@@ -200,7 +204,7 @@ class Fold:
         self.agent: Any = None
         self.algorithm: Any = None  # the A of the agent's last action, as it gave it
 
-    def meta_train(self, data: dict[str, Any]) -> list[Any]:
+    def meta_train(self, data: dict[str, Any]) -> None:
         self.agent = self.agent_class(number_of_algorithms=len(self.algorithms))
         datasets = data["datasets"]
         self.agent.meta_train(
@@ -209,7 +213,6 @@ class Fold:
             curves_from_wire(data["validation_learning_curves"], datasets, self.algorithms),
             curves_from_wire(data["test_learning_curves"], datasets, self.algorithms),
         )
-        return ["ready"]
 
     def reset(self, dataset_meta_features: dict[str, str]) -> list[Any]:
         self.agent.reset(dataset_meta_features, self.algorithms_meta_features)
@@ -223,7 +226,7 @@ class Fold:
         return action
 
 
-# Where an error of the agent's code happened, by the message being answered.
+# Where an error of the agent's code happened, by what it was asked last.
 DOING = {
     "start": "while importing the agent",
     "meta_train": "in Agent() or meta_train()",
@@ -234,28 +237,22 @@ DOING = {
 
 def serve(read_fd: int, write_fd: int) -> int:
     """Answer the runner until it closes its end; exit status 0, or 1 after reporting an error."""
-    kind = "start"
+    player: FoldPlayer | None = None
     try:
         _, start = read_frame(read_fd, TO_FOLD_LIMITS)
-        fold = Fold(start)
+        player = FoldPlayer(Fold(start))
         write_frame(write_fd, ["imported"])
         while True:
             message = read_frame(read_fd, TO_FOLD_LIMITS)
-            kind = message[0]
-            if kind == "meta_train":
-                answer = fold.meta_train(message[1])
-            elif kind == "reset":
-                answer = fold.reset(message[1])
-            elif kind == "observe":
-                answer = fold.observe(message[1], message[2])
-            else:
-                raise ArbiterError(f"unknown message {kind!r} from the runner")
-            write_frame(write_fd, answer)
+            if not (isinstance(message, list) and len(message) == 2 and message[0] == "play"):
+                raise ArbiterError(f"unknown message {str(message)[:80]} from the runner")
+            write_frame(write_fd, player.play(message[1]))
     except FoldPipeClosed:
         return 0
     except BaseException as exc:  # the agent's error (or its sys.exit): reported, then this fold ends
         traceback.print_exc()
-        text = f"{type(exc).__name__} {DOING.get(kind, kind)}: {exc}"
+        doing = DOING["start"] if player is None else DOING[player.doing]
+        text = f"{type(exc).__name__} {doing}: {exc}"
         try:
             write_frame(write_fd, ["error", text[:ERROR_TEXT_CHARS]])
         except OSError:

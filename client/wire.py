@@ -99,6 +99,49 @@ class Wire:
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
         self.resend_all = False  # arbiter's evaluator answered: every request may be resent
 
+    # -- one session, several processes -------------------------------------------------------
+
+    def hand_over(self) -> dict[str, Any]:
+        """What another process needs to go on with this session (``Wire.taking_over``): while it
+        does, this one sends nothing, and when it is done, ``take_back`` its last sequence number.
+        The evaluator sees one client throughout. Holds the Redis URL, password included."""
+        return {
+            "redis_url": self.redis_url,
+            "service_id": self.service_id,
+            "session": self.session,
+            "seq": self._seq,
+            "reply_timeout_s": self.reply_timeout_s,
+            "resend_after_s": self.resend_after_s,
+            "resend_all": self.resend_all,
+        }
+
+    @classmethod
+    def taking_over(cls, handed: dict[str, Any], spin_us: float | None = None) -> Wire:
+        """A wire that goes on with the session ``hand_over`` gave, on a connection of its own."""
+        wire = cls(
+            handed["redis_url"],
+            handed["service_id"],
+            reply_timeout_s=handed["reply_timeout_s"],
+            resend_after_s=handed["resend_after_s"],
+            spin_us=spin_us,
+        )
+        wire.session, wire._seq, wire.resend_all = handed["session"], handed["seq"], handed["resend_all"]
+        return wire
+
+    def connect(self) -> None:
+        """Open the connection now, not with the first request, whose round trip then does not
+        include setting it up; ``ServerUnavailable`` when Redis stays unreachable for the reply timeout."""
+        self._with_reconnect(self.packets.connect, "the connection", time.monotonic() + self.reply_timeout_s)
+
+    @property
+    def seq(self) -> int:
+        """The sequence number of the last request sent."""
+        return self._seq
+
+    def take_back(self, seq: int) -> None:
+        """The session is this wire's again, the other process's last request numbered ``seq``."""
+        self._seq = max(self._seq, seq)
+
     # -- the handshake ----------------------------------------------------------------------
 
     def handshake(self, version: str, asks: dict[str, Any] | None = None) -> dict[str, Any]:

@@ -18,9 +18,9 @@ The meta-dataset is ``--tests DIR`` (such as the round-1 ``input_data/``), else 
 round 1's size (``ROUND1_SIZE``) written by arbiter's generator. Each path runs in a
 subprocess of its own (``--worker MODE``) that loads what it needs first and then measures: the
 in-process path from the first fold's agent to the last dataset's last step; the arbiter path
-from its first ENV_CREATE to the reply to the last dataset's last step (the handshake is set-up,
-as loading the meta-dataset is; the folds' processes, which import the agent, are counted; the
-final ENV_SUBMIT, which computes the scores the in-process path never does, is reported apart).
+from its first ENV_CREATE to its ENV_SUBMIT (the handshake is set-up, as loading the
+meta-dataset is; the folds' processes, which import the agent, are counted; the final ENV_SUBMIT,
+which computes the scores the in-process path never does, is reported apart).
 The paths alternate within each round; ratios are per round.
 Every run must score exactly what the first in-process run scored (per dataset, the ALC and final
 score; the evaluator's records too), else MISMATCH and exit 1.
@@ -28,10 +28,11 @@ score; the evaluator's records too), else MISMATCH and exit 1.
 Reported: wall time per path, the ratio arbiter / in process (its target: ``TARGET``), the overhead per
 ``suggest`` ((arbiter − in process) / suggestions), the same without the runner's per-fold process
 starts (each fold's agent is a fresh interpreter importing it), what those starts took, and the
-round trip of one step as the runner sees it. Then what arbiter adds apart from the folds'
-processes, from the runner's own timings of its requests, each judged on its least favourable
-round: per suggest inside a dataset (``SUGGEST_TARGET``: the step's round trip and the relay to
-the fold's process, less the in-process cost of a suggest and its step) and per dataset
+round trip of one step as the fold's process sees it. Then what arbiter adds apart from the folds'
+processes, from the timings of their requests the runner reports (``Runner.round_trips``), each
+judged on its least favourable round: per suggest inside a dataset (``SUGGEST_TARGET``: the step's
+round trip and the agent's turn in the fold's process, less the in-process cost of a suggest and
+its step) and per dataset
 (``DATASET_TARGET``: what its last step costs beyond a plain one, the finished item's record
 made durable and the next dataset opened and brought along, plus the mean ENV_CREATE the runner
 still sends within a fold, 0 when it sends none), with what the work folder's disk takes to make an
@@ -80,7 +81,7 @@ PRESET = "metalc-wcci2022"
 PATHS = ("inprocess", "arbiter")
 TARGET = Target("ratio_arbiter_over_inprocess", "arbiter", "the phase in process", "in wall time", 2.0, at_least=False)
 # What arbiter adds, apart from the folds' processes: to each suggest inside a dataset (the step's
-# round trip and the relay to the fold's process, less what the suggest and its step cost in
+# round trip and the agent's turn in the fold's process, less what the suggest and its step cost in
 # process), and to each dataset (what its last step costs beyond a plain one: the finished item's
 # record, durable before the next dataset opens, and that dataset brought along; and any ENV_CREATE).
 SUGGEST_TARGET = Threshold(name="suggest_overhead_us", what="arbiter's overhead per suggest", unit="µs",
@@ -155,7 +156,7 @@ def check_runs(runs: dict[str, list[dict[str, Any]]]) -> list[str]:
 
 
 # the means each arbiter run reports of its requests' round trips (see worker_arbiter)
-PARTS = ("steady_step_mean_s", "first_step_mean_s", "relay_mean_s", "create_mean_s", "closing_step_mean_s",
+PARTS = ("steady_step_mean_s", "first_step_mean_s", "turn_mean_s", "create_mean_s", "closing_step_mean_s",
          "fold_create_mean_s", "record_durable_mean_s")  # fmt: skip
 
 
@@ -166,7 +167,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     # the same without the folds' process starts (a fresh interpreter importing the agent, per fold)
     overhead_in_folds = [(a["wall_s"] - a["fold_start_s"] - b["wall_s"]) / suggests for a, b in pairs]
     # per round: what a suggest inside a dataset and what a dataset's opening and closing add
-    per_suggest = [a["steady_step_mean_s"] + a["relay_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
+    per_suggest = [a["steady_step_mean_s"] + a["turn_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
     per_dataset = [a["create_mean_s"] + a["closing_step_mean_s"] - a["steady_step_mean_s"] for a, _ in pairs]
     # the same less what the evaluator waited for the disk to make each dataset's record durable (a
     # mean over every dataset's record, a fold's last included, whose step brings the next fold's data)
@@ -215,7 +216,8 @@ def print_table(report: dict[str, Any]) -> None:
           f"(per round: {rounds})")  # fmt: skip
     print(TARGET.line(ratio))
     print(f"overhead per suggest: {overhead['median'] * 1e6:.0f} µs [{overhead['min'] * 1e6:.0f}–"
-          f"{overhead['max'] * 1e6:.0f}]; step round trip as the runner sees it: p50 {trip['p50'] * 1e6:.0f} µs, "
+          f"{overhead['max'] * 1e6:.0f}]; step round trip as a fold's process sees it: "
+          f"p50 {trip['p50'] * 1e6:.0f} µs, "
           f"p99 {trip['p99'] * 1e6:.0f} µs; the evaluator's own step "
           f"{s['server_step_mean_s'] * 1e6:.1f} µs mean")  # fmt: skip
     starts, in_folds = s["fold_start_s"], s["overhead_per_suggest_without_fold_starts_s"]
@@ -224,8 +226,8 @@ def print_table(report: dict[str, Any]) -> None:
           f"{in_folds['median'] * 1e6:.0f} µs [{in_folds['min'] * 1e6:.0f}–{in_folds['max'] * 1e6:.0f}]")  # fmt: skip
     parts, suggest, dataset = s["parts_s"], s["suggest_overhead_s"], s["dataset_overhead_s"]
     print(f"inside a dataset, per suggest: the step's round trip {parts['steady_step_mean_s'] * 1e6:.0f} µs and the "
-          f"relay to the fold's process {parts['relay_mean_s'] * 1e6:.0f} µs (means), less the suggest and its step "
-          f"in process: {suggest['median'] * 1e6:.0f} µs "
+          f"agent's turn in the fold's process {parts['turn_mean_s'] * 1e6:.0f} µs (means), less the suggest and its "
+          f"step in process: {suggest['median'] * 1e6:.0f} µs "
           f"[{suggest['min'] * 1e6:.0f}–{suggest['max'] * 1e6:.0f}]")  # fmt: skip
     others = s["other_step_mean_s"]
     print(f"of those steps, the {s['first_steps']} that open a dataset the step before brought (the evaluator gives "

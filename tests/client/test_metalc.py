@@ -1,6 +1,7 @@
-"""client/metalc.py: the MetaLC runner's side of a fold. Each fold's agent runs in a real process
-of its own, in a fresh copy of the submission folder with a home and temporary folder of its own
-and no way to the evaluator; what it leaves is removed with it. The whole runner against a real
+"""client/metalc_process.py: the MetaLC runner's side of a fold. Each fold's agent runs in a real
+process of its own, in a fresh copy of the submission folder with a home and temporary folder of
+its own and none of arbiter's connection variables (the runner hands it the session over its
+pipe); what it leaves is removed with it, and what it says is checked before it is used. The whole runner against a real
 evaluator is in tests/formats/metalc (test_metalc_runner.py, test_metalc_e2e.py,
 test_metalc_isolation.py)."""
 
@@ -15,8 +16,11 @@ import textwrap
 
 import pytest
 
-from arbiter.client.metalc import FOLD_FOLDER_PREFIX, FoldProcess, Submission, remove_abandoned_folds
-from arbiter.protocol.errors import ArbiterError
+from arbiter.client import metalc_process as fold_side
+from arbiter.client.metalc_play import TIMED
+from arbiter.client.metalc_process import FOLD_FOLDER_PREFIX, FoldProcess, Submission, remove_abandoned_folds
+from arbiter.client.wire import Wire
+from arbiter.protocol.errors import ArbiterError, OutOfOrder
 
 # An agent that reports, from inside its fold's process, what it finds there: it is told to fail
 # in Agent(), and its error's text is what the runner hears.
@@ -64,8 +68,10 @@ def submission(tmp_path, monkeypatch) -> Submission:
 def what_the_fold_saw(fold: FoldProcess) -> dict:
     fold.request(["start", START], "imported")
     failure = r"the agent failed: RuntimeError in Agent\(\) or meta_train\(\)"
+    # the session is never used: the agent fails before its first step
+    session = Wire("redis://127.0.0.1:9/0", "T1").hand_over()
     with pytest.raises(ArbiterError, match=failure) as failed:
-        fold.request(["meta_train", {}], "ready")
+        fold.request(["play", {"session": session, "body": {"arbiter": {"meta_train": {}}}}], "played")
     return json.loads(str(failed.value).split("meta_train(): ", 1)[1])
 
 
@@ -121,3 +127,33 @@ def test_the_folders_of_runners_that_died_are_removed_and_no_others(tmp_path, mo
         folder.mkdir()
     remove_abandoned_folds()
     assert not abandoned.exists() and running.exists() and unrelated.exists()
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        ["played", {"seq": 3}],  # nothing of how it went
+        ["played", {"seq": "3", "datasets": 1, "timeouts": [], "round_trips": {}}],
+        ["played", {"seq": 3, "datasets": 1, "timeouts": [7], "round_trips": {}}],
+        ["played", {"seq": 3, "datasets": 1, "timeouts": [], "round_trips": {"step": {"count": 1}}}],
+        ["refused", {"seq": 3, "message": "no kind"}],
+        ["restarted", {"seq": 3}],
+        ["imported", "and more"],
+    ],
+)
+def test_what_a_folds_process_says_is_checked_before_it_is_used(answer):
+    assert not fold_side._well_formed(answer)
+
+
+def test_a_well_formed_play_answer_passes():
+    trips = {kind: {"count": 1, "total_s": 0.5, "samples": [0.5]} for kind in TIMED}
+    assert fold_side._well_formed(["played", {"seq": 3, "datasets": 1, "timeouts": ["t"], "round_trips": trips}])
+    assert fold_side._well_formed(["refused", {"seq": 3, "kind": "OutOfOrder", "message": "m"}])
+
+
+def test_a_refusal_told_by_a_fold_is_raised_as_its_class_and_anything_else_as_an_arbiter_error():
+    assert type(fold_side.refusal("OutOfOrder", "late")) is OutOfOrder
+    assert str(fold_side.refusal("ServerUnavailable", "gone")) == "gone"
+    for kind in ("KeyError", "os", "no such name", "Limits"):
+        error = fold_side.refusal(kind, "m")
+        assert type(error) is ArbiterError and str(error) == "m"

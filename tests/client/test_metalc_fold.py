@@ -2,7 +2,8 @@
 
 The frames are checked over real pipes, the curves and actions as the agent gets and gives them,
 and a real fold process (started as the runner starts it, in a submission folder of its own) is
-driven through its messages in order. The runner around it is in
+driven through its messages in order, its requests taken from a real redis-server and answered
+here as the evaluator would. The runner around it, against a real evaluator, is in
 tests/formats/metalc/test_metalc_runner.py."""
 
 from __future__ import annotations
@@ -27,7 +28,10 @@ from arbiter.client.metalc_fold import (
     wire_action,
     write_frame,
 )
+from arbiter.client.wire import Wire
+from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ArbiterError, MessageTooLarge
+from arbiter.protocol.messages import EXTENSION_KEY
 
 
 @pytest.fixture
@@ -184,18 +188,66 @@ META_TRAIN = {
 }  # fmt: skip
 
 
-def test_a_fold_answers_its_messages_in_order_and_ends_when_the_runner_closes(tmp_path):
+def dataset_body(last_of_fold: bool, meta_train: bool = True) -> dict:
+    """A dataset's ENV_CREATE payload as the evaluator sends it."""
+    ext = {"run": 0, "fold": 2, "dataset": "d9", "last_of_fold": last_of_fold}
+    if meta_train:
+        ext["meta_train"] = META_TRAIN
+    return {"observation": None, "info": {"dataset_meta_features": {"name": "d9"}}, EXTENSION_KEY: ext}
+
+
+def session_of(redis_url: str, service_id: str, seq: int = 7) -> dict:
+    """A runner's session as it hands it over, after ``seq`` requests of its own."""
+    wire = Wire(redis_url, service_id, reply_timeout_s=0.3, resend_after_s=0.1)
+    wire.resend_all, wire._seq = True, seq
+    handed = wire.hand_over()
+    wire.close()
+    return handed
+
+
+def take_request(redis_conn, service_id: str) -> dict:
+    """The next request the evaluator would take (the fold's process sends them on its own)."""
+    _, raw = redis_conn.brpop([keys.commands_key(service_id)], timeout=10)
+    return codec.decode(raw, codec.COMMAND_LIMITS)
+
+
+def answer(redis_conn, request: dict, payload: dict) -> None:
+    reply = {"type": f"{request['type']}_RESPONSE", "payload": payload}
+    redis_conn.rpush(request["response_channel"], codec.encode(reply))
+
+
+def test_a_fold_plays_on_the_runners_session_and_hands_it_back_with_how_far_it_went(
+    tmp_path, redis_url, redis_conn, service_id
+):
     (tmp_path / "agent.py").write_text(AGENT)
     process, to_fold, from_fold = start_fold(tmp_path)
+    session = session_of(redis_url, service_id)
     try:
         write_frame(to_fold, ["start", START])
         assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["imported"]
-        write_frame(to_fold, ["meta_train", META_TRAIN])
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["ready"]
-        write_frame(to_fold, ["reset", {"name": "d9"}])
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["action", None, "1", 0.5]
-        write_frame(to_fold, ["observe", 0.5, 0.25])
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["action", None, "0", 1.0]
+        write_frame(to_fold, ["play", {"session": session, "body": dataset_body(last_of_fold=False)}])
+        # meta-trained, reset, and the first suggest sent as a step from the fold's own connection,
+        # numbered on from the runner's requests and asking for the next dataset (not the fold's last)
+        first = take_request(redis_conn, service_id)
+        payload = first["payload"]
+        assert payload["action"] == [None, "1", 0.5]
+        assert payload[EXTENSION_KEY] == {"reply": True, "next": True, "session": session["session"], "seq": 8}
+        answer(redis_conn, first, {"done": False, "observation": ["1", 0.5, 0.25]})
+        second = take_request(redis_conn, service_id)
+        assert second["payload"]["action"] == [None, "0", 1.0] and second["payload"][EXTENSION_KEY]["seq"] == 9
+        # the ending step brings the fold's last dataset, whose steps do not ask for the next
+        brought = dataset_body(last_of_fold=True, meta_train=False)
+        answer(redis_conn, second, {"done": True, "observation": ["0", 1.0, 0.5], EXTENSION_KEY: {"next": brought}})
+        third = take_request(redis_conn, service_id)
+        assert third["payload"]["action"] == [None, "1", 0.5]
+        assert third["payload"][EXTENSION_KEY]["next"] is False and third["payload"][EXTENSION_KEY]["seq"] == 10
+        answer(redis_conn, third, {"done": True, "observation": ["1", 0.5, 0.25]})
+        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+        assert kind == "played" and told["seq"] == 10 and told["datasets"] == 2 and told["timeouts"] == []
+        counts = {name: row["count"] for name, row in told["round_trips"].items()}
+        assert counts == {"step": 1, "first": 0, "closing": 1, "last": 1, "suggest": 1}
+        assert all(len(row["samples"]) == row["count"] and row["total_s"] > 0 or row["count"] == 0
+                   for row in told["round_trips"].values())  # fmt: skip
         os.close(to_fold)
         assert process.wait(timeout=30) == 0
     finally:
@@ -205,17 +257,65 @@ def test_a_fold_answers_its_messages_in_order_and_ends_when_the_runner_closes(tm
         os.close(from_fold)
 
 
-def test_an_error_of_the_agent_is_reported_with_where_it_happened_and_the_fold_ends(tmp_path):
+def test_without_the_evaluators_word_on_the_folds_last_dataset_no_step_asks_for_the_next(
+    tmp_path, redis_url, redis_conn, service_id
+):
+    (tmp_path / "agent.py").write_text(AGENT)
+    process, to_fold, from_fold = start_fold(tmp_path)
+    body = dataset_body(last_of_fold=False)
+    del body[EXTENSION_KEY]["last_of_fold"]  # an evaluator from before it said so
+    try:
+        write_frame(to_fold, ["start", START])
+        read_frame(from_fold, FROM_FOLD_LIMITS)
+        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": body}])
+        request = take_request(redis_conn, service_id)
+        assert request["payload"][EXTENSION_KEY]["next"] is False
+        answer(redis_conn, request, {"done": True, "observation": ["1", 0.5, 0.25]})
+        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+        assert kind == "played" and told["datasets"] == 1 and told["round_trips"]["last"]["count"] == 1
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+        os.close(to_fold)
+        os.close(from_fold)
+
+
+def test_an_evaluator_that_does_not_answer_is_told_to_the_runner_with_the_session_as_far_as_it_went(
+    tmp_path, redis_url, redis_conn, service_id
+):
     (tmp_path / "agent.py").write_text(AGENT)
     process, to_fold, from_fold = start_fold(tmp_path)
     try:
         write_frame(to_fold, ["start", START])
         read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["meta_train", META_TRAIN])
+        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": dataset_body(True)}])
+        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+        assert kind == "refused" and told["kind"] == "ServerUnavailable" and told["seq"] == 8
+        assert "no reply to FLATLAND_RL.ENV_STEP" in told["message"]
+        # sent, and sent again under the same number while no reply came
+        sent = [
+            codec.decode(raw, codec.COMMAND_LIMITS) for raw in redis_conn.lrange(keys.commands_key(service_id), 0, -1)
+        ]
+        assert sent and {request["payload"][EXTENSION_KEY]["seq"] for request in sent} == {8}
+    finally:
+        process.kill()
+        process.wait()
+        process.stderr.close()
+        os.close(to_fold)
+        os.close(from_fold)
+
+
+def test_an_error_of_the_agent_is_reported_with_where_it_happened_and_the_fold_ends(
+    tmp_path, redis_url, redis_conn, service_id
+):
+    (tmp_path / "agent.py").write_text(AGENT)
+    process, to_fold, from_fold = start_fold(tmp_path)
+    try:
+        write_frame(to_fold, ["start", START])
         read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["reset", {}])
-        read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["observe", 1.0, -1.0])
+        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": dataset_body(False)}])
+        answer(redis_conn, take_request(redis_conn, service_id), {"done": False, "observation": ["1", 1.0, -1.0]})
         assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["error", "RuntimeError in suggest(): a negative score"]
         assert process.wait(timeout=30) == 1
         assert b"Traceback" in process.stderr.read()  # the whole traceback, on the fold's stderr

@@ -80,6 +80,40 @@ def test_each_request_has_the_next_sequence_number_and_its_own_reply_list(redis_
     wire.close()
 
 
+def test_a_session_handed_over_goes_on_numbered_from_where_it_was_and_comes_back(redis_url, redis_conn, service_id):
+    first = Wire(redis_url, service_id, reply_timeout_s=0.05)
+    with pytest.raises(ServerUnavailable):
+        first.request(FLATLAND_RL.ENV_CREATE, {})
+    first.resend_all = True  # as after a PONG from arbiter's evaluator
+    handed = first.hand_over()
+    second = Wire.taking_over(handed)
+    assert (second.session, second.seq, second.resend_all) == (first.session, 1, True)
+    second.connect()  # its own connection, opened ahead of its first request
+    assert second.packets is not first.packets
+    for _ in range(2):
+        with pytest.raises(ServerUnavailable):
+            second.request(FLATLAND_RL.ENV_CREATE, {})
+    first.take_back(second.seq)
+    with pytest.raises(ServerUnavailable):
+        first.request(FLATLAND_RL.ENV_CREATE, {})
+    tags = [message["payload"][EXTENSION_KEY] for message in queued(redis_conn, service_id)]
+    assert {tag["session"] for tag in tags} == {first.session}
+    assert [tag["seq"] for tag in tags] == [1, 2, 3, 4]
+    first.take_back(2)  # never back: a lower number would make the evaluator drop the requests as stale
+    assert first.seq == 4
+    first.close()
+    second.close()
+
+
+def test_connecting_ahead_to_a_redis_that_is_not_there_gives_up_within_the_reply_timeout():
+    wire = Wire("redis://127.0.0.1:9/0", "T1", reply_timeout_s=0.3)
+    started = time.monotonic()
+    with pytest.raises(ServerUnavailable, match="cannot reach Redis at redis://127.0.0.1:9/0 for the connection"):
+        wire.connect()
+    assert time.monotonic() - started < 2.0
+    wire.close()
+
+
 @pytest.mark.parametrize(
     ("kind", "budget"), [(FLATLAND_RL.ENV_STEP_TIMEOUT, "step budget"), (FLATLAND_RL.ENV_RESET_TIMEOUT, "planning")]
 )

@@ -7,7 +7,9 @@ What travels, and when:
 - handshake (PONG): the phase, the algorithms in string order with their meta-features, each
   run's process seeding (so a runner seeds the agent's process as the challenge seeded its own),
   and the spaces;
-- ENV_CREATE reply: ``info["dataset_meta_features"]`` (the arguments of ``Agent.reset``) and, for
+- ENV_CREATE reply: ``info["dataset_meta_features"]`` (the arguments of ``Agent.reset``), the
+  item's fields with ``first_of_fold`` and ``last_of_fold`` (the runner's fold process asks for the
+  next dataset with a step only within its fold, see ``client/metalc_play.py``) and, for
   a fold's first dataset, ``arbiter["meta_train"]``: the other folds' dataset meta-features and
   their validation and test curves (``meta_train_wire``), the arguments of ``Agent.meta_train``.
   The first item the plan opens after a client's handshake carries them too, so a runner joining
@@ -128,8 +130,8 @@ def _short(value: Any) -> str:
 
 class MetaLCPlan(Plan):
     columns = COLUMNS
-    # The runner relays every suggest to its fold's process and polls for the evaluator's reply:
-    # with the evaluator polling too, the fold and Redis wait for a CPU and each suggest is slower.
+    # The fold's process polls for the evaluator's reply; with the evaluator polling too, Redis and
+    # the evaluator's own notices wait for a CPU, and a suggest is no faster (the performance page).
     polls_for_requests = False
     options: MetaLCOptions
 
@@ -205,6 +207,9 @@ class MetaLCPlan(Plan):
     def first_of_fold(self, item: Item) -> bool:
         return self.folds[item.fields["fold"]].meta_test[0] == item.fields["dataset"]
 
+    def last_of_fold(self, item: Item) -> bool:
+        return self.folds[item.fields["fold"]].meta_test[-1] == item.fields["dataset"]
+
     def take_meta_train(self, item: Item) -> dict[str, Any] | None:
         """The fold's meta-training data if this item must carry it (a fold's first dataset, or
         the first item opened since a client's handshake), else None."""
@@ -261,7 +266,11 @@ class DatasetItem(OpenItem):
 
     def create_payload(self) -> dict[str, Any]:
         dataset_meta_features, _ = self.episode.reset()
-        ext: dict[str, Any] = {**self.item.fields, "first_of_fold": self.first_of_fold}
+        ext: dict[str, Any] = {
+            **self.item.fields,
+            "first_of_fold": self.first_of_fold,
+            "last_of_fold": self.plan.last_of_fold(self.item),
+        }
         meta_train = self.plan.take_meta_train(self.item)
         if meta_train is not None:
             ext["meta_train"] = meta_train

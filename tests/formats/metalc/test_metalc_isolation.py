@@ -468,7 +468,7 @@ def test_the_folders_of_a_runner_killed_outright_are_removed_by_the_next_one(tmp
     import sys
     import tempfile
 
-    from arbiter.client import metalc
+    from arbiter.client import metalc_process as metalc
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     ended = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)

@@ -1,6 +1,7 @@
 """A step that ends a dataset and asks for the next one (``{"arbiter": {"next": true}}``) brings
 that dataset's ENV_CREATE reply with it, opened as an ENV_CREATE would open it, its budgets
-running from that reply: the runner spares a round trip per dataset, and nothing else changes."""
+running from that reply: the runner's fold process spares a round trip per dataset within its
+fold, and nothing else changes."""
 
 from __future__ import annotations
 
@@ -97,20 +98,38 @@ class CountingWire(Wire):
         return super().request(type_, payload, *args, **kwargs)
 
 
-def test_the_runner_asks_for_each_next_dataset_with_the_step_that_ends_the_last(
-    six_datasets, redis_url, service_id, tmp_path
+@pytest.fixture(scope="module")
+def two_per_fold(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("metalc-next-two") / "data"
+    write_meta_dataset(str(folder), GeneratorSettings(seed=4, datasets=12, algorithms=4))
+    return str(folder)
+
+
+def test_the_folds_process_plays_on_the_runners_session_asking_for_the_next_dataset_within_its_fold(
+    two_per_fold, redis_url, service_id, tmp_path
 ):
     competition = load_competition("metalc-wcci2022", ROOMY)
     results = str(tmp_path / "r")
     with running_service(
-        competition, tests=six_datasets, results=results, redis_url=redis_url, service_id=service_id
+        competition, tests=two_per_fold, results=results, redis_url=redis_url, service_id=service_id
     ) as (_, outcome):
         wire = CountingWire(redis_url, service_id, reply_timeout_s=10)
-        scores = runner.run(AGENTS_DIR, wire=wire)
+        played = runner.Runner(wire, runner.Submission.checked(AGENTS_DIR))
+        scores = played.play()
         wire.close()
         summary = finish(outcome)
     assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
-    assert len(read_episodes(results)) == DATASETS
-    # the first dataset alone is asked for on its own: every later one came with a step's reply
-    assert wire.sent.count(FLATLAND_RL.ENV_CREATE) == 1
-    assert wire.sent[-1] == FLATLAND_RL.ENV_SUBMIT
+    records = read_episodes(results)
+    assert [r["index"] for r in records] == list(range(12)) and played.datasets == 12
+    # Every step went out from a fold's process: the runner asks for each fold's first dataset (with
+    # its meta-training data) and for the end, nothing else; the evaluator saw one client throughout.
+    assert wire.sent == [FLATLAND_RL.PING, *[FLATLAND_RL.ENV_CREATE] * 7, FLATLAND_RL.ENV_SUBMIT]
+    counters = summary["counters"]
+    assert not any(counters.get(name) for name in ("foreign_requests", "stale_requests", "lost_requests"))
+    # Within a fold, the step ending its first dataset brought its second; a fold's last brought nothing.
+    trips = played.round_trips
+    assert trips["closing"]["count"] == 6 and trips["last"]["count"] == 6 and trips["first"]["count"] == 6
+    assert trips["fold_create"]["count"] == 6 and trips["create"]["count"] == 0
+    steps = sum(trips[kind]["count"] for kind in ("step", "first", "closing", "last"))
+    assert steps == sum(r["steps"] for r in records)
+    assert all(len(row["samples"]) == row["count"] for row in trips.values())

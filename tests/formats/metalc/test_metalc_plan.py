@@ -122,12 +122,17 @@ def test_without_a_meta_dataset_the_error_says_where_to_get_one():
 
 def test_meta_training_data_travels_with_a_folds_first_dataset_and_after_a_handshake(data_dir, meta):
     plan = make_plan(data_dir)
-    carried = []
+    carried, lasts = [], []
     for item in plan.items:
         ext = plan.open(item).create_payload()[EXTENSION_KEY]
         carried.append("meta_train" in ext)
         assert ext["first_of_fold"] == (item.fields["dataset"] == plan.folds[item.fields["fold"]].meta_test[0])
+        lasts.append(ext["last_of_fold"])
     assert carried == [i.budgets is not None for i in plan.items]
+    # the fold's last dataset says so (its process does not ask for the next fold's with a step)
+    assert lasts == [later is None or later.fields["fold"] != item.fields["fold"]
+                     for item, later in zip(plan.items, [*plan.items[1:], None], strict=True)]  # fmt: skip
+    assert sum(lasts) == len(plan.folds)
 
     plan.handshake()  # a client joins mid-fold (a resumed evaluation): its next item carries its fold's data
     payload = plan.open(plan.items[4]).create_payload()

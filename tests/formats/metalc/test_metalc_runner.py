@@ -1,8 +1,7 @@
-"""The runner ``arbiter.client.metalc`` driving the MetaLC plan through a stand-in for the evaluator
-that calls the format's seam in order and passes every message through the wire codec; the
-runner's fold processes are real. The end-to-end tests (test_metalc_e2e.py) do the same through a
-real evaluator. Agents written here report what they saw on stderr (their own processes' stderr
-is this one's), where ``capfd`` reads it."""
+"""The runner ``arbiter.client.metalc`` and its folds' processes playing the MetaLC plan against a
+real evaluator (serving in this process, through a real redis-server); the end-to-end tests
+(test_metalc_e2e.py) run ``arbiter run`` itself. Agents written here report what they saw on
+stderr (their own processes' stderr is this one's), where ``capfd`` reads it."""
 
 from __future__ import annotations
 
@@ -15,18 +14,21 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness import finish, read_episodes, running_service
 from test_metalc_plan import AGENTS_DIR, SETTINGS, load_agent, make_plan
 
 from arbiter.client import metalc as runner
 from arbiter.client import metalc_fold
+from arbiter.client.wire import Wire
 from arbiter.protocol import codec
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
+from arbiter.protocol.errors import InvalidAction
+from arbiter.protocol.messages import EXTENSION_KEY
+from arbiter.server.core.competition import load_competition
 from arbiter.server.formats.metalc import FORMAT
 from arbiter.server.formats.metalc.data import load_meta_dataset
 from arbiter.server.formats.metalc.generate import write_meta_dataset
 from arbiter.server.formats.metalc.local import play_phase
 from arbiter.server.formats.metalc.options import MetaLCOptions
-from arbiter.server.formats.metalc.plan import MetaLCPlan
 from arbiter.server.formats.metalc.scoring import phase_score
 
 
@@ -98,59 +100,36 @@ def reports(captured: str) -> list[list[Any]]:
     return [json.loads(line[len(REPORT_PREFIX) :]) for line in captured.splitlines() if line.startswith(REPORT_PREFIX)]
 
 
-# -- a stand-in for the evaluator: the seam's calls in order, every message through the codec ----
+# -- a real evaluator: the runner, its folds' processes and the format's seam through Redis --------
+
+ROOMY = ["budgets.idle_s=30", "budgets.overall_s=600"]
 
 
-class SeamDriver:
-    """Answers the runner's requests by calling the plan as the evaluator does (no budgets)."""
-
-    def __init__(self, plan: MetaLCPlan):
-        self.plan = plan
-        self.next = 0
-        self.open: Any = None
-        self.invalid = 0
-        self.records: list[dict[str, Any]] = []
-        self.rule = FORMAT.rules["alc"](plan.options)
-
-    def handshake(self, version: str, asks: dict[str, Any] | None = None) -> dict[str, Any]:
-        assert asks == {"client": "arbiter.client.metalc", "formats": ["metalc"]}
-        return self.request(FLATLAND_RL.PING, {"version": version})["payload"][EXTENSION_KEY]
-
-    def request(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        payload = codec.decode(codec.encode(payload), codec.COMMAND_LIMITS)
-        body = self._answer(type_, payload)
-        answer = FLATLAND_RL.PONG if type_ == FLATLAND_RL.PING else f"{type_}_RESPONSE"
-        return codec.decode(codec.encode({"type": answer, "payload": body}), codec.REPLY_LIMITS)
-
-    def _answer(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
-        if type_ == FLATLAND_RL.PING:
-            return {EXTENSION_KEY: {"protocol": 1, **self.plan.handshake(), "format": "metalc", "next": self.next}}
-        if type_ == FLATLAND_RL.ENV_CREATE:
-            if self.next == len(self.plan.items):
-                return {EXTENSION_KEY: {"finished": True}}
-            self.open = self.plan.open(self.plan.items[self.next])
-            self.next += 1
-            return self.open.create_payload()
-        if type_ == FLATLAND_RL.ENV_STEP:
-            clean, _ = self.open.sanitize(payload["action"])  # InvalidAction reaches the runner
-            over = self.open.step(clean)
-            reply = self.open.step_reply(0)
-            if over:
-                self.records += self.open.records(finished=True, timeout=None, abandoned=False)
-                self.open.close()
-            return reply
-        if type_ == FLATLAND_RL.ENV_SUBMIT:
-            return {"score": self.rule.aggregate(self.records)}
-        raise AssertionError(type_)
-
-    def close(self) -> None:
-        pass
+@pytest.fixture
+def results_dir(tmp_path_factory):
+    """Where the evaluator writes: outside the submission folder, which each fold copies."""
+    return tmp_path_factory.mktemp("results")
 
 
-def drive(plan: MetaLCPlan, agent_module: str) -> SeamDriver:
-    driver = SeamDriver(plan)
-    runner.run(AGENTS_DIR, agent_module=agent_module, wire=driver)
-    return driver
+def evaluate(
+    data_dir: str, folder: str, *, redis_url: str, service_id: str, results: str, phase: str = "dev",
+    agent_module: str = "agent",
+) -> tuple[list[dict[str, Any]], dict[str, Any]]:  # fmt: skip
+    """The phase played by the runner against an evaluator serving in this process; the records
+    the evaluator wrote and its summary. An error of the runner is raised once the evaluator is
+    stopped."""
+    competition = load_competition("metalc-wcci2022", [f"phase={phase}", *ROOMY])
+    with running_service(competition, tests=data_dir, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        wire = Wire(redis_url, service_id, reply_timeout_s=20)
+        try:
+            runner.run(folder, agent_module=agent_module, wire=wire)
+        finally:
+            wire.close()
+        summary = finish(outcome)
+    return read_episodes(results), summary
 
 
 def figures(records: list[dict[str, Any]]) -> list[tuple[Any, ...]]:
@@ -195,23 +174,24 @@ def test_the_runners_curve_reads_points_like_the_domains(meta):
 
 
 @pytest.mark.parametrize("agent,phase", [("agent", "dev"), ("schedule_agent", "final"), ("random_agent", "final")])
-def test_the_runner_through_the_seam_scores_what_the_in_process_phase_scores(
-    data_dir, meta, restore_process, agent, phase
+def test_the_runner_through_an_evaluator_scores_what_the_in_process_phase_scores(
+    data_dir, meta, restore_process, agent, phase, redis_url, service_id, results_dir
 ):
     local = play_phase(meta, load_agent(agent), phase, seeding="fold")
     random.seed(1)  # the runner's process is left as it is: checked below
     before = random.getstate()
-    driver = drive(make_plan(data_dir, phase=phase), agent)
-    assert random.getstate() == before
-    assert figures(driver.records) == figures(local)
+    records, summary = evaluate(data_dir, AGENTS_DIR, agent_module=agent, phase=phase, redis_url=redis_url,
+                                service_id=service_id, results=str(results_dir / "r"))  # fmt: skip
+    assert random.getstate() == before and summary["state"] == "SUCCESS"
+    assert figures(records) == figures(local)
     expected = phase_score(local, phase)
-    score = FORMAT.rules["alc"](MetaLCOptions(phase=phase)).aggregate(driver.records)
+    score = FORMAT.rules["alc"](MetaLCOptions(phase=phase)).aggregate(records)
     assert (score["primary"], score["secondary"]) == (expected.average_alc, expected.average_final_score)
     assert score["reported_run"] == expected.reported_run
 
 
 def test_each_folds_agent_runs_in_a_fresh_copy_of_its_folder_seeded_as_a_run_starts(
-    data_dir, untouched_process, tmp_path, capfd
+    data_dir, untouched_process, tmp_path, capfd, redis_url, service_id, results_dir
 ):
     # An agent that reports Python's and numpy's next draws at import and at construction, and
     # where it runs.
@@ -230,7 +210,7 @@ def test_each_folds_agent_runs_in_a_fresh_copy_of_its_folder_seeded_as_a_run_sta
                        os.path.dirname(os.path.abspath(__file__)), sorted(os.listdir(".")))
         """,
     )
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
+    evaluate(data_dir, str(tmp_path), redis_url=redis_url, service_id=service_id, results=str(results_dir / "r1"))
     seen = reports(capfd.readouterr().err)
     assert len(seen) == 6  # one process per fold
     development = random.Random(208)
@@ -240,7 +220,8 @@ def test_each_folds_agent_runs_in_a_fresh_copy_of_its_folder_seeded_as_a_run_sta
         assert cwd == module_dir != str(tmp_path) and files == ["agent.py"]
     assert len({cwd for *_, cwd, _, _ in seen}) == 6 and not any(os.path.exists(s[4]) for s in seen)
 
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir, phase="final")))
+    evaluate(data_dir, str(tmp_path), phase="final", redis_url=redis_url, service_id=f"{service_id}f",
+             results=str(results_dir / "r2"))  # fmt: skip
     seen = reports(capfd.readouterr().err)
     assert len(seen) == 18
     for run in range(3):
@@ -248,7 +229,9 @@ def test_each_folds_agent_runs_in_a_fresh_copy_of_its_folder_seeded_as_a_run_sta
         assert all((s[2], s[3]) == expected for s in seen[run * 6 : run * 6 + 6])  # seeded after the import
 
 
-def test_an_action_the_evaluator_refuses_stops_the_runner(data_dir, untouched_process, tmp_path):
+def test_an_action_the_evaluator_refuses_stops_the_runner(
+    data_dir, untouched_process, tmp_path, redis_url, service_id, results_dir
+):
     write_agent(
         tmp_path,
         """
@@ -257,11 +240,13 @@ def test_an_action_the_evaluator_refuses_stops_the_runner(data_dir, untouched_pr
                 return (None, "no such algorithm", 1.0)
         """,
     )
-    with pytest.raises(Exception, match="'no such algorithm' names no algorithm"):
-        runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
+    with pytest.raises(InvalidAction, match="run 0, dataset syn0: A 'no such algorithm' names no algorithm"):
+        evaluate(data_dir, str(tmp_path), redis_url=redis_url, service_id=service_id, results=str(results_dir / "r"))
 
 
-def test_meta_train_gets_the_challenges_arguments(data_dir, meta, untouched_process, tmp_path, capfd):
+def test_meta_train_gets_the_challenges_arguments(
+    data_dir, meta, untouched_process, tmp_path, capfd, redis_url, service_id, results_dir
+):
     write_agent(
         tmp_path,
         """
@@ -287,7 +272,7 @@ def test_meta_train_gets_the_challenges_arguments(data_dir, meta, untouched_proc
                 super().reset(d, a)
         """,
     )
-    runner.run(str(tmp_path), wire=SeamDriver(make_plan(data_dir)))
+    evaluate(data_dir, str(tmp_path), redis_url=redis_url, service_id=service_id, results=str(results_dir / "r"))
     calls = reports(capfd.readouterr().err)
     _, n, datasets, algorithms, validation, test, valid_curve, test_curve = calls[0]
     fold0 = set(meta.datasets[:3])
