@@ -19,8 +19,9 @@ that ends a dataset brings the next one's ENV_CREATE reply, which spares a round
 
 Unlike it, each fold's agent lives in a process of its own (``arbiter.client.metalc_fold``), so
 that no fold can remember another: a fold meta-trains on the other folds' test curves, which hold
-the datasets later folds are scored on. Per fold, a fresh interpreter imports the agent's module
-for the first time, its working directory a fresh copy of the submission folder, with HOME and
+the datasets later folds are scored on. Per fold, a fresh process (forked from this one on Linux,
+which never imports the agent; elsewhere a fresh interpreter) imports the agent's module for the
+first time, its working directory a fresh copy of the submission folder, with HOME and
 TMPDIR (TMP, TEMP) folders of its own; at the fold's end that process and whatever it started in
 its process group are killed and its folders removed (on SIGTERM or SIGHUP too; on Linux the
 kernel kills it if this process is killed). Its environment loses arbiter's connection

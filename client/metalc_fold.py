@@ -1,6 +1,7 @@
 """One fold of a MetaLC agent, in a process of its own (the agent's side of ``arbiter.client.metalc``).
 
-The runner starts this module in a fresh interpreter per fold, with a fresh copy of the submission
+The runner starts a process running this module per fold (forked from itself on Linux,
+``become_fold``; a fresh interpreter elsewhere), with a fresh copy of the submission
 folder as working directory, and talks to it over two pipes. Nothing of an earlier fold exists in
 this process: the agent's module is imported here for the first time, so whatever the agent keeps
 (module globals, class attributes, files in its folder, its home or temporary folder) starts
@@ -30,10 +31,12 @@ import dataclasses
 import importlib
 import os
 import random
+import signal
 import struct
 import sys
+import tempfile
 import traceback
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -265,7 +268,6 @@ def end_with_the_runner(runner_pid: int) -> None:
     pipe closing ends it at its next read), so that no fold outlives a killed runner."""
     if sys.platform.startswith("linux"):
         import ctypes
-        import signal
 
         pr_set_pdeathsig = 1
         try:
@@ -274,6 +276,35 @@ def end_with_the_runner(runner_pid: int) -> None:
             pass
     if os.getppid() != runner_pid:  # the runner ended before the request took hold
         os._exit(1)
+
+
+def become_fold(workdir: str, env: dict[str, str], read_fd: int, write_fd: int, runner_pid: int) -> NoReturn:
+    """A process just forked from the runner, made what a fresh interpreter started for the fold
+    would be, then serving it. The runner never imports the agent, so the agent's module is
+    imported here for the first time; what the runner set up for itself is undone: its session
+    and process group, its stop signals, its standard input and streams, its working folder and
+    environment (and ``tempfile``'s folder, read from them), and the generators' states, which an
+    unseeded fresh interpreter draws from the system."""
+    os.setsid()
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    # The standard streams as an interpreter opens them, on the process's own descriptors: the
+    # runner's may hold buffered input or have been replaced by whatever embeds it.
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process's stream, never closed
+    sys.stdout = open(1, "w", buffering=1 if os.isatty(1) else -1, closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", buffering=1, errors="backslashreplace", closefd=False)  # noqa: SIM115
+    os.chdir(workdir)
+    os.environ.clear()
+    os.environ.update(env)
+    tempfile.tempdir = None
+    random.seed()
+    np.random.seed()
+    main([str(read_fd), str(write_fd), str(runner_pid)])
+    os._exit(1)  # main exits; never reached
 
 
 def main(argv: list[str]) -> None:

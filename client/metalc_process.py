@@ -4,6 +4,8 @@ start, its end, and what it says, checked before the runner uses it (its side:
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import select
 import shutil
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,19 +24,20 @@ from arbiter.client.metalc_play import TIMED
 from arbiter.protocol import errors
 from arbiter.protocol.errors import ArbiterError, DecodeError
 
-# The fold's interpreter. Its working folder is the agent's, which must not shadow arbiter's own
-# modules: arbiter comes from where it is installed, and the agent's folder is put first on the
-# path once arbiter is loaded (metalc_fold.import_agent_class). metalc_fold is loaded from its
-# file, without the arbiter.client package, whose Redis client a fold has no use for (a third of
-# the fold's start-up).
+# How a fold's process starts. On Linux it is forked from the runner, which has loaded numpy and
+# arbiter's client but never the agent, and made what a fresh interpreter would be
+# (``metalc_fold.become_fold``): a start costs a fork instead of an interpreter importing numpy and
+# Redis's client. Elsewhere (forking without exec is unsafe with macOS's system libraries) it is a
+# fresh interpreter running BOOT, whose working folder is the agent's and must not shadow
+# arbiter's own modules: arbiter comes from where it is installed, and the agent's folder is put
+# first on the path once arbiter is loaded (metalc_fold.import_agent_class).
+FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")
 BOOT = (
-    "import importlib.util, sys\n"
+    "import sys\n"
     "if not sys.flags.safe_path:\n"
     "    del sys.path[0]\n"
-    "spec = importlib.util.spec_from_file_location('arbiter_metalc_fold', sys.argv[1])\n"
-    "fold = importlib.util.module_from_spec(spec)\n"
-    "spec.loader.exec_module(fold)\n"
-    "fold.main(sys.argv[2:])\n"
+    "from arbiter.client import metalc_fold\n"
+    "metalc_fold.main(sys.argv[1:])\n"
 )
 # The fold's process reaches the evaluator with the session the runner hands it over its pipe, not
 # through its environment: an agent that builds a client of its own from these finds none.
@@ -86,9 +90,10 @@ def remove_abandoned_folds() -> None:
 class FoldProcess:
     """One fold's agent process, in a fresh copy of the submission folder (see the module docstring)."""
 
-    def __init__(self, submission: Submission, label: str):
+    def __init__(self, submission: Submission, label: str, forks: bool | None = None):
         self.label = label
-        self.process: subprocess.Popen[bytes] | None = None
+        self.pid: int | None = None
+        self._reap: Any = None  # waits for the process's end once it is killed
         self.to_fold: int | None = None
         self.from_fold: int | None = None
         remove_abandoned_folds()
@@ -99,22 +104,48 @@ class FoldProcess:
             env = self._environment()
             fold_reads, self.to_fold = os.pipe()
             self.from_fold, fold_writes = os.pipe()
-            fold_argv = [metalc_fold.__file__, str(fold_reads), str(fold_writes), str(os.getpid())]
             try:
-                self.process = subprocess.Popen(
-                    [sys.executable, "-c", BOOT, *fold_argv],
-                    cwd=workdir,
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    pass_fds=(fold_reads, fold_writes),
-                    start_new_session=True,  # its own process group: killed whole at the fold's end
-                )
+                if FORKS if forks is None else forks:
+                    self._fork(workdir, env, fold_reads, fold_writes)
+                else:
+                    self._start_interpreter(workdir, env, fold_reads, fold_writes)
             finally:
                 os.close(fold_reads)
                 os.close(fold_writes)
         except BaseException:
             self.close()
             raise
+
+    def _fork(self, workdir: str, env: dict[str, str], fold_reads: int, fold_writes: int) -> None:
+        runner_pid = os.getpid()
+        for stream in (sys.stdout, sys.stderr):  # what the runner wrote is not written twice
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        pid = os.fork()
+        if pid == 0:  # the fold's process: never returns
+            try:
+                assert self.to_fold is not None and self.from_fold is not None
+                os.close(self.to_fold)  # the runner's ends: the fold sees its pipe end when the runner closes it
+                os.close(self.from_fold)
+                metalc_fold.become_fold(workdir, env, fold_reads, fold_writes, runner_pid)
+            except BaseException:
+                traceback.print_exc()  # the runner says the process ended without answering
+            finally:
+                os._exit(1)
+        self.pid = pid
+        self._reap = functools.partial(os.waitpid, pid, 0)
+
+    def _start_interpreter(self, workdir: str, env: dict[str, str], fold_reads: int, fold_writes: int) -> None:
+        process = subprocess.Popen(
+            [sys.executable, "-c", BOOT, str(fold_reads), str(fold_writes), str(os.getpid())],
+            cwd=workdir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            pass_fds=(fold_reads, fold_writes),
+            start_new_session=True,  # its own process group: killed whole at the fold's end
+        )
+        self.pid = process.pid
+        self._reap = process.wait
 
     def _environment(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if k not in CONNECTION_VARIABLES}
@@ -147,12 +178,12 @@ class FoldProcess:
 
     def _status(self) -> str:
         """How the process ended, once it has (waited for a moment: its pipe closes as it exits)."""
-        if self.process is None:
+        if self.pid is None:
             return "it never started"
         give_up = time.monotonic() + STOP_GRACE_S
         while time.monotonic() < give_up:
             # left unreaped (WNOWAIT): close() kills its process group by the process's id
-            ended = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            ended = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
             if ended is not None:
                 if ended.si_code == os.CLD_EXITED:
                     return f"exit status {ended.si_status}"
@@ -169,14 +200,14 @@ class FoldProcess:
             self._await_exit(self.from_fold)
             os.close(self.from_fold)
             self.from_fold = None
-        if self.process is not None:
+        if self.pid is not None:
             # Not yet reaped, the process keeps its id: its process group's id names no one else.
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)
             except (ProcessLookupError, PermissionError):
                 pass
-            self.process.wait()
-            self.process = None
+            self._reap()
+            self.pid = None
         shutil.rmtree(self.root, ignore_errors=True)
 
     @staticmethod

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from arbiter.protocol.errors import ArbiterError, OutOfOrder
 # in Agent(), and its error's text is what the runner hears.
 AGENT = textwrap.dedent(
     """
-    import json, os, tempfile
+    import json, os, random, signal, sys, tempfile
 
     LEFT_BEHIND = os.path.exists("written-by-an-earlier-fold")
     with open("written-by-an-earlier-fold", "w") as handle:
@@ -40,6 +41,10 @@ AGENT = textwrap.dedent(
                 "home": os.environ.get("HOME"),
                 "tmp": tempfile.gettempdir(),
                 "left_behind": LEFT_BEHIND,
+                "own_group": os.getpgid(0) == os.getpid() == os.getsid(0),
+                "default_stop": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+                "stdin": sys.stdin.read(),
+                "draw": random.random(),
                 "redis": [name for name in ("ARBITER_REDIS_URL", "AICROWD_SUBMISSION_ID", "redis_ip")
                           if name in os.environ],
             }))
@@ -84,8 +89,15 @@ def test_a_submission_folder_must_hold_its_agent_module(tmp_path):
     assert Submission.checked(str(tmp_path), "policy") == Submission(str(tmp_path), "policy")
 
 
-def test_a_fold_runs_in_folders_of_its_own_without_the_evaluators_address(submission):
-    fold = FoldProcess(submission, "run 0, fold 0")
+@pytest.mark.parametrize("forks", [True, False], ids=["forked", "interpreter"])
+def test_a_fold_runs_in_folders_of_its_own_without_the_evaluators_address(submission, forks, monkeypatch):
+    # the runner's own state, which a forked fold's process must not keep
+    monkeypatch.setattr(tempfile, "tempdir", tempfile.gettempdir())
+    previous = signal.signal(signal.SIGTERM, lambda *_: None)
+    try:
+        fold = FoldProcess(submission, "run 0, fold 0", forks=forks)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     try:
         seen = what_the_fold_saw(fold)
     finally:
@@ -93,8 +105,22 @@ def test_a_fold_runs_in_folders_of_its_own_without_the_evaluators_address(submis
     assert seen["cwd"] == os.path.join(fold.root, "submission") != submission.folder
     assert seen["home"] == os.path.join(fold.root, "home") and seen["tmp"] == os.path.join(fold.root, "tmp")
     assert seen["redis"] == [] and seen["left_behind"] is False
+    assert seen["own_group"] and seen["default_stop"] and seen["stdin"] == ""
     assert not os.path.exists(fold.root)  # removed with the fold
     assert not os.path.exists(os.path.join(submission.folder, "written-by-an-earlier-fold"))
+
+
+def test_forked_folds_draw_unseeded_numbers_of_their_own(submission):
+    """Each fold's generators start from the system, as a fresh interpreter's, not from one state
+    forked again and again."""
+    draws = set()
+    for label in ("run 0, fold 0", "run 0, fold 1"):
+        fold = FoldProcess(submission, label, forks=True)
+        try:
+            draws.add(what_the_fold_saw(fold)["draw"])
+        finally:
+            fold.close()
+    assert len(draws) == 2
 
 
 def test_the_next_fold_finds_nothing_the_last_one_left(submission):
