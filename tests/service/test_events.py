@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import socket
 import threading
 
 import pytest
@@ -21,6 +22,7 @@ from harness import (
 from arbiter.client import RemoteClient
 from arbiter.protocol import keys
 from arbiter.server.cli.embedded_redis import free_port
+from arbiter.server.service import events
 from arbiter.server.service.build import build_service
 from arbiter.server.service.events import EVENTS_TTL_S, EventLog
 
@@ -109,6 +111,24 @@ def test_an_unreachable_redis_costs_the_stream_not_the_file(tmp_path):
     assert [e["index"] for e in read_events(str(tmp_path))] == [0, 1, 2, 3, 4]
     log.emit("episode", index=5)  # after close: ignored, never raised
     assert len(read_events(str(tmp_path))) == 5
+
+
+def test_a_redis_that_does_not_answer_fills_the_queue_and_the_rest_is_dropped_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setattr(events, "EVENTS_QUEUE_LIMIT", 3)
+    silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: the first XADD hangs
+    try:
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        log = EventLog(path=str(tmp_path / "events.jsonl"), redis_url=url, service_id="t-silent")
+        log.emit("episode", index=0)
+        wait_for(lambda: log._in_flight, what="the publisher to take the first event")
+        for index in range(1, 8):
+            log.emit("episode", index=index)
+        assert log.dropped == 4  # three wait behind the one in flight; the four after them are dropped
+        log.close(flush_s=0.2)
+        assert log.unpublished == 8  # the dropped, and what the close gave up on (in flight and queued)
+        assert [e["index"] for e in read_events(str(tmp_path))] == list(range(8))  # the file has them all
+    finally:
+        silent.close()
 
 
 def test_the_stream_is_capped(redis_url, redis_conn, tmp_path):
