@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.protocol.errors import ArbiterError, OutOfOrder, TimeoutException
+from arbiter.protocol.errors import ArbiterError, EvaluationError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 from arbiter.server.core import summary as evaluation_summary
 from arbiter.server.core.budgets import BudgetPolicy, TimeBank, Wait
@@ -86,6 +86,7 @@ class Evaluation:
         # withdrawal and the end give those still due first: in order, each with its item's score.
         self.notices_after_reply = False
         self._unannounced: list[dict[str, Any]] = []
+        self._syncing = 0  # records of the item whose sync is still to come (``write_item(sync_later=True)``)
 
         self.state = State.RUNNING
         self.termination_cause = ""
@@ -265,9 +266,16 @@ class Evaluation:
         body = reply(FLATLAND_RL.ENV_STEP_RESPONSE, episode.step_reply(invalid)) if wants_reply else None
         if done:
             self.successive_timeouts = 0
-            self.record_current(finished_step, finished=True)
-            if body is not None and self.server_side and extension(payload).get("next") is True:
-                self._open_next_into(body, now)
+            # The item's records are written and on their way to the disk while its notices go
+            # out and the next item opens; the reply, which lets the agent go on, waits for them
+            # to be durable.
+            self.record_current(finished_step, finished=True, sync_later=True)
+            try:
+                self.announce()
+                if body is not None and self.server_side and extension(payload).get("next") is True:
+                    self._open_next_into(body, now)
+            finally:
+                self._wait_durable()
         else:
             self.set_wait(Wait.STEP, finished_step)
         return body
@@ -317,7 +325,13 @@ class Evaluation:
         self.wait_started = since
 
     def record_current(
-        self, now: float, *, finished: bool, timeout: str | None = None, abandoned: bool = False
+        self,
+        now: float,
+        *,
+        finished: bool,
+        timeout: str | None = None,
+        abandoned: bool = False,
+        sync_later: bool = False,
     ) -> None:
         opened = self.current
         assert opened is not None
@@ -327,7 +341,9 @@ class Evaluation:
             records = opened.records(finished=finished, timeout=timeout, abandoned=abandoned)
         finally:
             opened.close()
-        self.write_item(opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned)
+        self.write_item(
+            opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned, sync_later=sync_later
+        )
         if finished or abandoned:
             self.set_wait(Wait.NEXT_EPISODE, now)
 
@@ -340,8 +356,11 @@ class Evaluation:
         played: bool,
         timeout: str | None = None,
         abandoned: bool = False,
+        sync_later: bool = False,
     ) -> None:
-        """One item's records, durable before anything else happens."""
+        """One item's records, durable before anything else happens; with ``sync_later``, written
+        and durable once ``_wait_durable`` returns, which comes before anything leaves but the
+        item's notices (results.csv is rebuilt from episodes.jsonl, events are informational)."""
         item_core, last_core = core_fields(
             timeout=timeout,
             abandoned=abandoned,
@@ -357,7 +376,8 @@ class Evaluation:
         )
         records = merge_records(item.index, item.unit, format_records, item_core, last_core)
         self.announce()
-        self.store.add_episodes(records, rows_later=self.notices_after_reply)
+        self.store.add_episodes(records, rows_later=self.notices_after_reply, sync_later=sync_later)
+        self._syncing = len(records) if sync_later else 0
         # All of the item's records first, then one notice each: the score so far that every
         # notice shows is the item's, computed once (a training run may hold thousands of episodes).
         self.records.extend(records)
@@ -365,6 +385,17 @@ class Evaluation:
             self._unannounced.extend(records)
             if not self.notices_after_reply:
                 self.announce()
+
+    def _wait_durable(self) -> None:
+        """The records ``write_item(sync_later=True)`` wrote, durable. If the disk refuses, the
+        item leaves the evaluation as it left the files (ResultsUnwritable raised)."""
+        syncing, self._syncing = self._syncing, 0
+        try:
+            self.store.wait_durable()
+        except EvaluationError:
+            if syncing:
+                del self.records[-syncing:]
+            raise
 
     def announce(self) -> None:
         """What waits for the reply: results.csv's rows of the items written since the last call

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.protocol.errors import EvaluationError
-from arbiter.server.service.durable import append_synced, atomic_write, cut_to
+from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
 
 log = logging.getLogger(__name__)
 
@@ -163,6 +163,8 @@ class ResultsStore:
         # What making each item durable took (its append and the disk's sync): summary.json's
         # ``record_durable_s``, where a slow disk under the results shows.
         self.durable_s = array("d")
+        # An item's record written, its sync still to come (``add_episodes(sync_later=True)``).
+        self._pending: PendingAppend | None = None
 
     @contextlib.contextmanager
     def _writing(self, path: str, remember: bool = True) -> Iterator[None]:
@@ -220,11 +222,15 @@ class ResultsStore:
     def add_episode(self, record: dict[str, Any]) -> None:
         self.add_episodes([record])
 
-    def add_episodes(self, records: list[dict[str, Any]], *, rows_later: bool = False) -> None:
+    def add_episodes(
+        self, records: list[dict[str, Any]], *, rows_later: bool = False, sync_later: bool = False
+    ) -> None:
         """One item's records (a training run holds many): appended to episodes.jsonl in one
         write and synced to the disk, then their rows to results.csv. Either both happen or
         neither does. ``rows_later``: the rows wait for ``write_due_rows``, which the service
         calls once the item's reply has gone (and which comes before another item's records).
+        ``sync_later``: the records are written and on their way to the disk; ``wait_durable``
+        ends their sync, and the caller's work in between overlaps the disk's.
 
         results.csv is episodes.jsonl's table and is rebuilt from it whenever an evaluation
         resumes or takes items back, so its rows are appended without an fsync of their own:
@@ -232,21 +238,51 @@ class ResultsStore:
         that loses power loses at most rows that the resume writes again."""
         if not records:
             return
+        self.wait_durable()
         self.write_due_rows()
         rows = [] if rows_later else [self._csv_row(record) for record in records]
         lines = item_lines(records)
         with self._writing(self.episodes_path):
-            began = time.perf_counter()
-            size_before = append_synced(self.episodes_path, lines)
-            self.durable_s.append(time.perf_counter() - began)
+            if sync_later:
+                self._pending = start_append(self.episodes_path, lines)
+                size_before = self._pending.size
+            else:
+                began = time.perf_counter()
+                size_before = append_synced(self.episodes_path, lines)
+                self.durable_s.append(time.perf_counter() - began)
         if rows_later:
             self._rows_due.extend(records)
             return
         try:
             self._append_csv(rows)
         except ResultsUnwritable:
+            self._drop_pending()
             cut_to(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
             raise
+
+    def wait_durable(self) -> None:
+        """The records ``add_episodes(sync_later=True)`` wrote, on the disk when this returns. A
+        sync the disk refuses takes them back (episodes.jsonl ends where it ended before), and
+        results.csv too, rebuilt from episodes.jsonl if their rows went out meanwhile; then
+        ResultsUnwritable."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return
+        with self._writing(self.episodes_path):
+            try:
+                pending.finish()
+            except OSError:
+                self._rows_due = []
+                with contextlib.suppress(OSError, ValueError):  # the disk that refused the sync may refuse this too
+                    rows = [self._csv_row(record) for record in read_records(self.episodes_path)]
+                    atomic_write(self.csv_path, self._csv_text(rows, header=True))
+                raise
+        self.durable_s.append(pending.took_s)
+
+    def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            os.close(pending.handle)
 
     def write_due_rows(self, *, replied: bool = False) -> None:
         """The rows of the items added with ``rows_later``, appended to results.csv; their items

@@ -9,6 +9,7 @@ what a resume loads, what a withdrawal moves, and a folder that cannot be writte
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import shutil
@@ -17,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from arbiter.server.service import durable
 from arbiter.server.service.results import (
     ITEM_END,
     ResultsStore,
@@ -203,19 +205,25 @@ from test_results import item, store_in
 store = store_in({folder!r})
 store.start_fresh()
 for index in range(100_000):
-    store.add_episodes(item(index, [float(index), 0.5]))
-    print(index, flush=True)  # add_episodes returned: the item is finished
+    if {during_sync!r}:  # as the evaluator ends an item with a step: its rows before the records' sync
+        store.add_episodes(item(index, [float(index), 0.5]), rows_later=True, sync_later=True)
+        store.write_due_rows(replied=True)
+        store.wait_durable()
+    else:
+        store.add_episodes(item(index, [float(index), 0.5]))
+    print(index, flush=True)  # the item is finished
 """
 
 
+@pytest.mark.parametrize("during_sync", [False, True], ids=["synced-first", "rows-before-the-sync"])
 @pytest.mark.parametrize("kill_after", [1, 7, 40, 150])
-def test_a_sigkill_at_any_point_loses_no_finished_item(tmp_path, kill_after):
+def test_a_sigkill_at_any_point_loses_no_finished_item(tmp_path, kill_after, during_sync):
     import signal
     import subprocess
     import sys
 
     folder = tmp_path / "r"
-    code = ADDER.format(tests=str(Path(__file__).parent), folder=str(folder))
+    code = ADDER.format(tests=str(Path(__file__).parent), folder=str(folder), during_sync=during_sync)
     child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     finished = -1
     try:
@@ -290,3 +298,55 @@ def test_a_withdrawal_leaves_results_csv_whole_with_rows_still_due(tmp_path):
     store.write_due_rows()
     assert [row["index"] for row in csv_rows(store)] == ["0", "1"]
     assert [r["index"] for r in read_records(store.episodes_path)] == [0, 1]
+
+
+def test_an_append_in_two_halves_is_written_at_once_and_on_the_disk_when_it_finishes(tmp_path, monkeypatch):
+    path = str(tmp_path / "log")
+    synced: list[bytes] = []
+    real_sync = durable.sync_data
+    monkeypatch.setattr(
+        durable, "sync_data", lambda handle: (synced.append(Path(path).read_bytes()), real_sync(handle))
+    )
+    first = durable.start_append(path, b"first\n")
+    assert first.size == 0 and Path(path).read_bytes() == b"first\n" and synced == []  # written, not synced yet
+    first.finish()
+    assert synced == [b"first\n"] and first.took_s > 0
+    second = durable.start_append(path, b"second\n")
+    assert second.size == len(b"first\n")
+    second.finish()
+    assert Path(path).read_bytes() == b"first\nsecond\n"
+
+
+def test_an_append_whose_sync_is_refused_is_taken_back(tmp_path, monkeypatch):
+    path = str(tmp_path / "log")
+    Path(path).write_bytes(b"kept\n")
+
+    def refused(handle: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(durable, "sync_data", refused)
+    pending = durable.start_append(path, b"lost\n")
+    with pytest.raises(OSError, match="Input/output error"):
+        pending.finish()
+    assert Path(path).read_bytes() == b"kept\n"
+    with pytest.raises(OSError):  # its handle is closed either way
+        os.fstat(pending.handle)
+
+
+def test_the_store_ends_a_refused_sync_with_results_unwritable_and_a_matching_table(tmp_path, monkeypatch):
+    store = store_in(str(tmp_path))
+    store.add_episodes(item(0, [1.0]))
+
+    def refused(handle: int) -> None:
+        raise OSError(errno.EIO, "gone")
+
+    monkeypatch.setattr(durable, "sync_data", refused)
+    store.add_episodes(item(1, [2.0]), rows_later=True, sync_later=True)
+    store.write_due_rows(replied=True)  # the rows go out before the records' sync
+    assert len(csv_rows(store)) == 2
+    with pytest.raises(ResultsUnwritable, match="episodes.jsonl: gone"):
+        store.wait_durable()
+    assert store.unwritable is not None
+    assert read_records(store.episodes_path) == item(0, [1.0])
+    assert [row["index"] for row in csv_rows(store)] == ["0"]  # rebuilt from episodes.jsonl
+    assert len(store.durable_s) == 1  # only the item that reached the disk was timed

@@ -1,13 +1,16 @@
-"""An item's notices (its event, the progress line) and its rows in results.csv are given once the
-reply of the step that ended it has gone: the agent does not wait for them, and they still come
-whole and in order. The item's records are written to episodes.jsonl (and synced) before that
-reply is sent, so a table refused after it loses no item."""
+"""An item's notices (its event, the progress line) and its rows in results.csv are given while its
+record goes to the disk: its records are written to episodes.jsonl first and the disk starts
+writing them; the notices go out (and the next item opens) meanwhile; then the sync, and only
+then the reply of the step that ended the item. The agent, which waits for that sync anyway,
+hardly waits for the notices, and they do not hold up its next request. A sync the disk refuses
+takes the item back out."""
 
 from __future__ import annotations
 
 import csv
+import errno
 import os
-import threading
+import time
 
 import pytest
 from fake_envs import counting_competition
@@ -15,15 +18,26 @@ from harness import finish, read_episodes, read_events, running_service, wait_fo
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import EvaluationError
+from arbiter.server.service import durable
 
-NOTICE_WAIT_S = 5.0  # how long a notice waits for the agent to have its reply (far longer than a step)
+SLOW_NOTICE_S = 0.2
 
 
-def test_the_step_that_ends_an_item_is_answered_before_its_notices(redis_url, service_id, tmp_path):
+def test_the_notices_go_out_before_the_records_sync_and_the_reply_after_it(
+    redis_url, service_id, tmp_path, monkeypatch
+):
     results = str(tmp_path / "results")
-    replies_seen = [threading.Event(), threading.Event()]  # one per episode, set by the agent
-    seen_first: list[bool] = []  # per notice: had the agent its reply when the notice began?
-    recorded_first: list[bool] = []  # per notice: was its item in episodes.jsonl by then?
+    syncs: list[tuple[float, float]] = []  # (called, returned) per sync of an item's records
+    real_sync = durable.sync_data
+
+    def timed_sync(handle: int) -> None:
+        called = time.monotonic()
+        real_sync(handle)
+        syncs.append((called, time.monotonic()))
+
+    monkeypatch.setattr(durable, "sync_data", timed_sync)
+    notices: list[tuple[float, bool, bool]] = []  # per notice: when, item written, its row in the table
+    replied_at: list[float] = []
     with running_service(
         counting_competition(num_episodes=2, length=3),
         tests=None,
@@ -35,27 +49,30 @@ def test_the_step_that_ends_an_item_is_answered_before_its_notices(redis_url, se
         give_notice = evaluation.on_episode
         assert give_notice is not None
 
-        def notice_that_waits_for_the_reply(record, evaluation_now):
-            seen_first.append(replies_seen[record["index"]].wait(NOTICE_WAIT_S))
-            recorded_first.append(record["index"] in {r["index"] for r in read_episodes(results)})
+        def timed_notice(record, evaluation_now):
+            written = record["index"] in {r["index"] for r in read_episodes(results)}
+            notices.append((time.monotonic(), written, table_rows(results) == record["index"] + 1))
+            time.sleep(SLOW_NOTICE_S)  # a notice that takes long: not part of making the item durable
             give_notice(record, evaluation_now)
 
-        evaluation.on_episode = notice_that_waits_for_the_reply
+        evaluation.on_episode = timed_notice
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
-        for episode in range(2):
+        for _ in range(2):
             env.reset()
             terminated = False
             while not terminated:
                 _, _, terminated, _, _ = env.step(1)
-            replies_seen[episode].set()
+            replied_at.append(time.monotonic())
         env.reset()
         assert env.finished
         env.submit()
         env.close()
         summary = finish(outcome)
 
-    assert seen_first == [True, True]
-    assert recorded_first == [True, True]
+    assert [(written, row) for _, written, row in notices] == [(True, True), (True, True)]
+    assert len(syncs) == len(notices) == len(replied_at) == 2
+    for (noticed, _, _), (sync_called, synced), replied in zip(notices, syncs, replied_at, strict=True):
+        assert noticed < sync_called and synced < replied
     assert summary["state"] == "SUCCESS"
     events = read_events(results)
     assert [e["event"] for e in events] == ["started", "episode", "episode", "finished"]
@@ -64,6 +81,52 @@ def test_the_step_that_ends_an_item_is_answered_before_its_notices(redis_url, se
     # the last notice shows the score the evaluation ends with
     assert events[2]["score_so_far"] == summary["score"]["primary"]
     assert [e["episodes_done"] for e in events[1:3]] == [1, 2]
+    # what making each item durable took: its write and its sync, not the notices between
+    durable_s = summary["timing"]["record_durable_s"]
+    assert durable_s["n"] == 2 and durable_s["max"] < SLOW_NOTICE_S
+
+
+def test_a_sync_the_disk_refuses_takes_the_item_back_and_the_resume_plays_it_again(
+    redis_url, service_id, tmp_path, monkeypatch
+):
+    results = str(tmp_path / "results")
+    competition = counting_competition(num_episodes=3, length=3)
+    real_sync, syncs = durable.sync_data, []
+
+    def failing_second_sync(handle: int) -> None:
+        syncs.append(handle)
+        if len(syncs) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        real_sync(handle)
+
+    monkeypatch.setattr(durable, "sync_data", failing_second_sync)
+    with serving(competition, results, redis_url, service_id) as (_, outcome):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
+        play_episodes(env, 1)
+        env.reset()
+        env.step(1)
+        env.step(1)
+        with pytest.raises(EvaluationError, match=r"episodes.jsonl: Input/output error"):
+            env.step(1)  # item 1's last step: its records' sync is refused
+        summary = finish(outcome)
+        env.close()
+    assert summary["state"] == "INTERRUPTED" and "Input/output error" in summary["termination_cause"]
+    # the item is out of the files and out of the summary; the table matches episodes.jsonl
+    assert [r["index"] for r in read_episodes(results)] == [0]
+    assert table_rows(results) == 1
+    assert summary["items"]["recorded"] == 1
+
+    monkeypatch.setattr(durable, "sync_data", real_sync)
+    with serving(competition, results, redis_url, service_id, resume=True) as (_, outcome):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
+        play_episodes(env, 2)
+        env.reset()
+        env.submit()
+        env.close()
+        resumed = finish(outcome)
+    assert resumed["state"] == "SUCCESS"
+    assert [r["index"] for r in read_episodes(results)] == [0, 1, 2]
+    assert table_rows(results) == 3
 
 
 def table_rows(results: str) -> int:
@@ -109,35 +172,24 @@ def play_episodes(env: RemoteEnv, episodes: int, after_each=lambda episode: None
         after_each(episode)
 
 
-def test_an_items_rows_reach_results_csv_once_its_reply_has_gone(redis_url, service_id, tmp_path):
+def test_an_items_rows_are_in_results_csv_when_its_reply_comes(redis_url, service_id, tmp_path):
     results = str(tmp_path / "results")
-    replies_seen = [threading.Event(), threading.Event()]
-    seen_first: list[bool] = []  # per item whose rows were due: had the agent its reply by then?
-    with serving(counting_competition(num_episodes=2, length=3), results, redis_url, service_id) as (service, outcome):
-        store = service.evaluation.store
-        write_rows = store.write_due_rows
-
-        def rows_that_wait_for_the_reply(**keys):
-            recorded = read_episodes(results) if os.path.exists(store.episodes_path) else []
-            for record in recorded[table_rows(results) :]:  # in episodes.jsonl, not yet in the table
-                seen_first.append(replies_seen[record["index"]].wait(NOTICE_WAIT_S))
-            write_rows(**keys)
-
-        store.write_due_rows = rows_that_wait_for_the_reply
+    rows_when_replied: list[int] = []
+    with serving(counting_competition(num_episodes=2, length=3), results, redis_url, service_id) as (_, outcome):
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
-        play_episodes(env, 2, lambda episode: replies_seen[episode].set())
+        play_episodes(env, 2, lambda episode: rows_when_replied.append(table_rows(results)))
         env.reset()
         env.submit()
         env.close()
         summary = finish(outcome)
 
-    assert seen_first == [True, True]
+    assert rows_when_replied == [1, 2]
     assert summary["state"] == "SUCCESS"
     assert table_rows(results) == len(read_episodes(results)) == 2
 
 
-def test_a_table_refused_after_the_reply_is_told_at_the_next_items_end(redis_url, service_id, tmp_path, caplog):
-    # Item 1's rows are refused once its reply has gone: item 1 stands and the evaluation goes on.
+def test_a_table_refused_with_its_notices_is_told_at_the_next_items_end(redis_url, service_id, tmp_path, caplog):
+    # Item 1's rows are refused as its notices go out: item 1 stands and the evaluation goes on.
     # Item 2's end writes them first, is refused again, and its last step is answered with the
     # cause: the agent is told at once, the evaluation stops, item 2 is not recorded. The resume
     # rebuilds the table and plays item 2 again.
