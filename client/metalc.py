@@ -60,7 +60,7 @@ import sys
 import time
 from typing import Any
 
-from arbiter.client.metalc_play import STEP_KINDS, TIMED
+from arbiter.client.metalc_play import SAMPLES_KEPT, STEP_KINDS, TIMED
 from arbiter.client.metalc_process import FoldProcess, Submission, refusal
 from arbiter.client.wire import Wire
 from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, TimeoutException
@@ -182,14 +182,14 @@ class Runner:
         self.timeouts += len(told["timeouts"])
         for line in told["timeouts"]:
             log.warning("%s", line)
-        self._add_trips(told["round_trips"])
+        self._add_trips({kind: told["round_trips"][kind] for kind in TIMED})  # checked kinds only
 
     def _add_trips(self, table: dict[str, dict[str, Any]]) -> None:
         for kind, row in table.items():
             mine = self.round_trips[kind]
             mine["count"] += row["count"]
             mine["total_s"] += row["total_s"]
-            mine["samples"] += row["samples"]
+            mine["samples"] += row["samples"][: max(0, SAMPLES_KEPT - len(mine["samples"]))]
 
 
 def run(submission_dir: str, *, agent_module: str = "agent", wire: Any = None) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
 
 # The kinds of request a fold times (``RoundTrips``), in the order they are reported.
 TIMED = (
-    "step",  # a step that neither opens nor ends a dataset's play
+    "step",  # a step that does not end its dataset (and is not a "first")
     "first",  # a dataset's first step when the last one's ending step brought it
     "closing",  # a step that ends a dataset and brings the fold's next one
     "last",  # a step that ends a dataset and brings nothing (the fold's last, or the evaluation's)
@@ -34,8 +34,8 @@ TIMED = (
 
 
 STEP_KINDS = TIMED[:4]  # the kinds of step (the fifth is the agent's turn between two)
-# Per kind, the first this many round trips of a ``play`` travel one by one (the rest in the
-# count and the total alone): the answer stays small whatever the fold plays.
+# Per kind, the first this many round trips travel one by one (the rest in the count and the
+# total alone): a play's answer, and what the runner keeps, stay small whatever is played.
 SAMPLES_KEPT = 2000
 
 
@@ -127,7 +127,8 @@ class FoldPlayer:
             after = clock()
             if step["done"]:
                 following = extension(step).get("next")
-                following = following if isinstance(following, dict) else None
+                if not isinstance(following, dict) or extension(following).get("finished"):
+                    following = None  # the evaluation has no dataset left: the runner hears it again and submits
                 trips.add("closing" if following is not None else "last", after - before)
                 return following
             trips.add("first" if first and brought else "step", after - before)

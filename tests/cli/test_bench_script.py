@@ -183,11 +183,11 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert line.split(": ")[1].startswith("met" if report["target"]["met"] else "NOT met")
     # what a suggest inside a dataset and what a dataset's opening and closing add, from their parts
     in_process_per_suggest = inprocess["wall_s"] / summary["suggests"]
-    suggest = arbiter["steady_step_mean_s"] + arbiter["relay_mean_s"] - in_process_per_suggest
+    suggest = arbiter["steady_step_mean_s"] + arbiter["turn_mean_s"] - in_process_per_suggest
     dataset = arbiter["create_mean_s"] + arbiter["closing_step_mean_s"] - arbiter["steady_step_mean_s"]
     assert summary["suggest_overhead_s"]["per_round"] == [pytest.approx(suggest)]
     assert summary["dataset_overhead_s"]["per_round"] == [pytest.approx(dataset)]
-    assert 0 < arbiter["relay_mean_s"] < arbiter["steady_step_mean_s"] < arbiter["closing_step_mean_s"]
+    assert 0 < arbiter["turn_mean_s"] < arbiter["steady_step_mean_s"] < arbiter["closing_step_mean_s"]
     thresholds = {next(iter(t)): t for t in report["thresholds"]}
     for name, figure, what in (("suggest_overhead_us", suggest, "per suggest"),
                                ("dataset_overhead_us", dataset, "per dataset opened and closed")):  # fmt: skip

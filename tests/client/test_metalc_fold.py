@@ -8,6 +8,7 @@ tests/formats/metalc/test_metalc_runner.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -153,18 +154,55 @@ AGENT = textwrap.dedent(
 )
 
 
-def start_fold(submission):
-    """The fold's process as the runner starts it: in the submission's folder, two pipes its own."""
-    to_fold_read, to_fold_write = os.pipe()
-    from_fold_read, from_fold_write = os.pipe()
-    code = "import sys; from arbiter.client.metalc_fold import main; main(sys.argv[1:])"
-    process = subprocess.Popen(
-        [sys.executable, "-c", code, str(to_fold_read), str(from_fold_write), str(os.getpid())],
-        cwd=submission, pass_fds=(to_fold_read, from_fold_write), stderr=subprocess.PIPE,
-    )  # fmt: skip
-    os.close(to_fold_read)
-    os.close(from_fold_write)
-    return process, to_fold_write, from_fold_read
+class RunningFold:
+    """A fold's process as the runner starts it (in the submission's folder, two pipes its own):
+    ``to_fold`` and ``from_fold`` are the runner's ends."""
+
+    def __init__(self, submission):
+        to_fold_read, self.to_fold = os.pipe()
+        self.from_fold, from_fold_write = os.pipe()
+        code = "import sys; from arbiter.client.metalc_fold import main; main(sys.argv[1:])"
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", code, str(to_fold_read), str(from_fold_write), str(os.getpid())],
+            cwd=submission, pass_fds=(to_fold_read, from_fold_write), stderr=subprocess.PIPE,
+        )  # fmt: skip
+        os.close(to_fold_read)
+        os.close(from_fold_write)
+        self._open = [self.to_fold, self.from_fold]
+
+    def send(self, message) -> None:
+        write_frame(self.to_fold, message)
+
+    def answer(self):
+        return read_frame(self.from_fold, FROM_FOLD_LIMITS)
+
+    def close_input(self) -> None:
+        """What the runner does at a fold's end: the fold reads the end of its pipe."""
+        self._open.remove(self.to_fold)
+        os.close(self.to_fold)
+
+    def end(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.process.stderr.close()
+        for fd in self._open:
+            os.close(fd)
+
+
+@contextlib.contextmanager
+def fold_of(folder, agent_source: str = "", *, imported: bool = True):
+    """``agent_source`` as ``folder``'s agent.py (unless empty), its fold's process started and,
+    with ``imported``, past its start message."""
+    if agent_source:
+        (folder / "agent.py").write_text(agent_source)
+    fold = RunningFold(folder)
+    try:
+        if imported:
+            fold.send(["start", START])
+            assert fold.answer() == ["imported"]
+        yield fold
+    finally:
+        fold.end()
 
 
 START = {
@@ -219,13 +257,9 @@ def answer(redis_conn, request: dict, payload: dict) -> None:
 def test_a_fold_plays_on_the_runners_session_and_hands_it_back_with_how_far_it_went(
     tmp_path, redis_url, redis_conn, service_id
 ):
-    (tmp_path / "agent.py").write_text(AGENT)
-    process, to_fold, from_fold = start_fold(tmp_path)
     session = session_of(redis_url, service_id)
-    try:
-        write_frame(to_fold, ["start", START])
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["imported"]
-        write_frame(to_fold, ["play", {"session": session, "body": dataset_body(last_of_fold=False)}])
+    with fold_of(tmp_path, AGENT) as fold:
+        fold.send(["play", {"session": session, "body": dataset_body(last_of_fold=False)}])
         # meta-trained, reset, and the first suggest sent as a step from the fold's own connection,
         # numbered on from the runner's requests and asking for the next dataset (not the fold's last)
         first = take_request(redis_conn, service_id)
@@ -242,55 +276,36 @@ def test_a_fold_plays_on_the_runners_session_and_hands_it_back_with_how_far_it_w
         assert third["payload"]["action"] == [None, "1", 0.5]
         assert third["payload"][EXTENSION_KEY]["next"] is False and third["payload"][EXTENSION_KEY]["seq"] == 10
         answer(redis_conn, third, {"done": True, "observation": ["1", 0.5, 0.25]})
-        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+        kind, told = fold.answer()
         assert kind == "played" and told["seq"] == 10 and told["datasets"] == 2 and told["timeouts"] == []
         counts = {name: row["count"] for name, row in told["round_trips"].items()}
         assert counts == {"step": 1, "first": 0, "closing": 1, "last": 1, "suggest": 1}
         assert all(len(row["samples"]) == row["count"] and row["total_s"] > 0 or row["count"] == 0
                    for row in told["round_trips"].values())  # fmt: skip
-        os.close(to_fold)
-        assert process.wait(timeout=30) == 0
-    finally:
-        process.kill()
-        process.wait()
-        process.stderr.close()
-        os.close(from_fold)
+        fold.close_input()
+        assert fold.process.wait(timeout=30) == 0
 
 
 def test_without_the_evaluators_word_on_the_folds_last_dataset_no_step_asks_for_the_next(
     tmp_path, redis_url, redis_conn, service_id
 ):
-    (tmp_path / "agent.py").write_text(AGENT)
-    process, to_fold, from_fold = start_fold(tmp_path)
     body = dataset_body(last_of_fold=False)
     del body[EXTENSION_KEY]["last_of_fold"]  # an evaluator from before it said so
-    try:
-        write_frame(to_fold, ["start", START])
-        read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": body}])
+    with fold_of(tmp_path, AGENT) as fold:
+        fold.send(["play", {"session": session_of(redis_url, service_id), "body": body}])
         request = take_request(redis_conn, service_id)
         assert request["payload"][EXTENSION_KEY]["next"] is False
         answer(redis_conn, request, {"done": True, "observation": ["1", 0.5, 0.25]})
-        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+        kind, told = fold.answer()
         assert kind == "played" and told["datasets"] == 1 and told["round_trips"]["last"]["count"] == 1
-    finally:
-        process.kill()
-        process.wait()
-        process.stderr.close()
-        os.close(to_fold)
-        os.close(from_fold)
 
 
 def test_an_evaluator_that_does_not_answer_is_told_to_the_runner_with_the_session_as_far_as_it_went(
     tmp_path, redis_url, redis_conn, service_id
 ):
-    (tmp_path / "agent.py").write_text(AGENT)
-    process, to_fold, from_fold = start_fold(tmp_path)
-    try:
-        write_frame(to_fold, ["start", START])
-        read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": dataset_body(True)}])
-        kind, told = read_frame(from_fold, FROM_FOLD_LIMITS)
+    with fold_of(tmp_path, AGENT) as fold:
+        fold.send(["play", {"session": session_of(redis_url, service_id), "body": dataset_body(True)}])
+        kind, told = fold.answer()
         assert kind == "refused" and told["kind"] == "ServerUnavailable" and told["seq"] == 8
         assert "no reply to FLATLAND_RL.ENV_STEP" in told["message"]
         # sent, and sent again under the same number while no reply came
@@ -298,48 +313,21 @@ def test_an_evaluator_that_does_not_answer_is_told_to_the_runner_with_the_sessio
             codec.decode(raw, codec.COMMAND_LIMITS) for raw in redis_conn.lrange(keys.commands_key(service_id), 0, -1)
         ]
         assert sent and {request["payload"][EXTENSION_KEY]["seq"] for request in sent} == {8}
-    finally:
-        process.kill()
-        process.wait()
-        process.stderr.close()
-        os.close(to_fold)
-        os.close(from_fold)
 
 
 def test_an_error_of_the_agent_is_reported_with_where_it_happened_and_the_fold_ends(
     tmp_path, redis_url, redis_conn, service_id
 ):
-    (tmp_path / "agent.py").write_text(AGENT)
-    process, to_fold, from_fold = start_fold(tmp_path)
-    try:
-        write_frame(to_fold, ["start", START])
-        read_frame(from_fold, FROM_FOLD_LIMITS)
-        write_frame(to_fold, ["play", {"session": session_of(redis_url, service_id), "body": dataset_body(False)}])
+    with fold_of(tmp_path, AGENT) as fold:
+        fold.send(["play", {"session": session_of(redis_url, service_id), "body": dataset_body(False)}])
         answer(redis_conn, take_request(redis_conn, service_id), {"done": False, "observation": ["1", 1.0, -1.0]})
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == ["error", "RuntimeError in suggest(): a negative score"]
-        assert process.wait(timeout=30) == 1
-        assert b"Traceback" in process.stderr.read()  # the whole traceback, on the fold's stderr
-    finally:
-        process.kill()
-        process.wait()
-        process.stderr.close()
-        os.close(to_fold)
-        os.close(from_fold)
+        assert fold.answer() == ["error", "RuntimeError in suggest(): a negative score"]
+        assert fold.process.wait(timeout=30) == 1
+        assert b"Traceback" in fold.process.stderr.read()  # the whole traceback, on the fold's stderr
 
 
 def test_a_submission_without_an_agent_class_is_reported_at_import(tmp_path):
-    (tmp_path / "agent.py").write_text("class Policy:\n    pass\n")
-    process, to_fold, from_fold = start_fold(tmp_path)
-    try:
-        write_frame(to_fold, ["start", START])
-        assert read_frame(from_fold, FROM_FOLD_LIMITS) == [
-            "error",
-            "ArbiterError while importing the agent: agent.py defines no class Agent",
-        ]
-        assert process.wait(timeout=30) == 1
-    finally:
-        process.kill()
-        process.wait()
-        process.stderr.close()
-        os.close(to_fold)
-        os.close(from_fold)
+    with fold_of(tmp_path, "class Policy:\n    pass\n", imported=False) as fold:
+        fold.send(["start", START])
+        assert fold.answer() == ["error", "ArbiterError while importing the agent: agent.py defines no class Agent"]
+        assert fold.process.wait(timeout=30) == 1

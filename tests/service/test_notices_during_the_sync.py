@@ -86,49 +86,6 @@ def test_the_notices_go_out_before_the_records_sync_and_the_reply_after_it(
     assert durable_s["n"] == 2 and durable_s["max"] < SLOW_NOTICE_S
 
 
-def test_a_sync_the_disk_refuses_takes_the_item_back_and_the_resume_plays_it_again(
-    redis_url, service_id, tmp_path, monkeypatch
-):
-    results = str(tmp_path / "results")
-    competition = counting_competition(num_episodes=3, length=3)
-    real_sync, syncs = durable.sync_data, []
-
-    def failing_second_sync(handle: int) -> None:
-        syncs.append(handle)
-        if len(syncs) == 2:
-            raise OSError(errno.EIO, "Input/output error")
-        real_sync(handle)
-
-    monkeypatch.setattr(durable, "sync_data", failing_second_sync)
-    with serving(competition, results, redis_url, service_id) as (_, outcome):
-        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
-        play_episodes(env, 1)
-        env.reset()
-        env.step(1)
-        env.step(1)
-        with pytest.raises(EvaluationError, match=r"episodes.jsonl: Input/output error"):
-            env.step(1)  # item 1's last step: its records' sync is refused
-        summary = finish(outcome)
-        env.close()
-    assert summary["state"] == "INTERRUPTED" and "Input/output error" in summary["termination_cause"]
-    # the item is out of the files and out of the summary; the table matches episodes.jsonl
-    assert [r["index"] for r in read_episodes(results)] == [0]
-    assert table_rows(results) == 1
-    assert summary["items"]["recorded"] == 1
-
-    monkeypatch.setattr(durable, "sync_data", real_sync)
-    with serving(competition, results, redis_url, service_id, resume=True) as (_, outcome):
-        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
-        play_episodes(env, 2)
-        env.reset()
-        env.submit()
-        env.close()
-        resumed = finish(outcome)
-    assert resumed["state"] == "SUCCESS"
-    assert [r["index"] for r in read_episodes(results)] == [0, 1, 2]
-    assert table_rows(results) == 3
-
-
 def table_rows(results: str) -> int:
     """How many rows results.csv has (one per record of episodes.jsonl, in its order)."""
     try:
@@ -144,15 +101,20 @@ def serving(competition, results: str, redis_url: str, service_id: str, resume: 
     )
 
 
-def resumed_to_the_end(competition, results: str, redis_url: str, service_id: str) -> dict:
-    """``arbiter serve --resume`` of an evaluation with nothing left to play: its summary."""
+def resumed_to_the_end(
+    competition, results: str, redis_url: str, service_id: str, episodes: int = 0
+) -> tuple[dict, int]:
+    """``arbiter serve --resume`` of an evaluation with ``episodes`` left to play, played: its
+    summary, and how many rows results.csv had once the resume had started."""
     with serving(competition, results, redis_url, service_id, resume=True) as (_, outcome):
+        rows_at_start = table_rows(results)
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
+        play_episodes(env, episodes)
         env.reset()
         assert env.finished
         env.submit()
         env.close()
-        return finish(outcome)
+        return finish(outcome), rows_at_start
 
 
 def refuse_the_table_after_its_first_row(results: str) -> None:
@@ -161,6 +123,15 @@ def refuse_the_table_after_its_first_row(results: str) -> None:
     wait_for(lambda: table_rows(results) == 1, what="the first item's row")
     os.remove(table)
     os.mkdir(table)
+
+
+def last_step_refused(env: RemoteEnv, match: str) -> None:
+    """The next item (3 steps) played to its last step, which is answered with an error matching ``match``."""
+    env.reset()
+    env.step(1)
+    env.step(1)
+    with pytest.raises(EvaluationError, match=match):
+        env.step(1)
 
 
 def play_episodes(env: RemoteEnv, episodes: int, after_each=lambda episode: None) -> None:
@@ -198,11 +169,7 @@ def test_a_table_refused_with_its_notices_is_told_at_the_next_items_end(redis_ur
     with serving(competition, results, redis_url, service_id) as (_, outcome):
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
         play_episodes(env, 2, lambda episode: episode == 0 and refuse_the_table_after_its_first_row(results))
-        env.reset()
-        env.step(1)
-        env.step(1)
-        with pytest.raises(EvaluationError, match=r"results.csv: Is a directory"):
-            env.step(1)  # item 2's last step
+        last_step_refused(env, r"results.csv: Is a directory")  # item 2's
         summary = finish(outcome)
         env.close()
     assert "results.csv refused the rows due (1)" in caplog.text
@@ -211,16 +178,43 @@ def test_a_table_refused_with_its_notices_is_told_at_the_next_items_end(redis_ur
     assert [r["index"] for r in read_episodes(results)] == [0, 1]  # item 1 stands, item 2 is not written
 
     os.rmdir(os.path.join(results, "results.csv"))
-    with serving(competition, results, redis_url, service_id, resume=True) as (_, outcome):
-        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
-        assert table_rows(results) == 2  # rebuilt by the resume
-        play_episodes(env, 1)
-        env.reset()
-        env.submit()
-        env.close()
-        resumed = finish(outcome)
+    resumed, rows_at_start = resumed_to_the_end(competition, results, redis_url, service_id, episodes=1)
+    assert rows_at_start == 2  # rebuilt by the resume
     assert resumed["state"] == "SUCCESS"
     assert table_rows(results) == len(read_episodes(results)) == 3
+
+
+def test_a_sync_the_disk_refuses_takes_the_item_back_and_the_resume_plays_it_again(
+    redis_url, service_id, tmp_path, monkeypatch
+):
+    results = str(tmp_path / "results")
+    competition = counting_competition(num_episodes=3, length=3)
+    real_sync, syncs = durable.sync_data, []
+
+    def failing_second_sync(handle: int) -> None:
+        syncs.append(handle)
+        if len(syncs) == 2:
+            raise OSError(errno.EIO, "Input/output error")
+        real_sync(handle)
+
+    monkeypatch.setattr(durable, "sync_data", failing_second_sync)
+    with serving(competition, results, redis_url, service_id) as (_, outcome):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
+        play_episodes(env, 1)
+        last_step_refused(env, r"episodes.jsonl: Input/output error")  # item 1's records' sync is refused
+        summary = finish(outcome)
+        env.close()
+    assert summary["state"] == "INTERRUPTED" and "Input/output error" in summary["termination_cause"]
+    # the item is out of the files and out of the summary; the table matches episodes.jsonl
+    assert [r["index"] for r in read_episodes(results)] == [0]
+    assert table_rows(results) == 1
+    assert summary["items"]["recorded"] == 1
+
+    monkeypatch.setattr(durable, "sync_data", real_sync)
+    resumed, _ = resumed_to_the_end(competition, results, redis_url, service_id, episodes=2)
+    assert resumed["state"] == "SUCCESS"
+    assert [r["index"] for r in read_episodes(results)] == [0, 1, 2]
+    assert table_rows(results) == 3
 
 
 def test_a_success_decided_with_rows_due_waits_for_its_table(redis_url, service_id, tmp_path):
@@ -244,5 +238,5 @@ def test_a_success_decided_with_rows_due_waits_for_its_table(redis_url, service_
     assert [(r["index"], r["timed_out"]) for r in read_episodes(results)] == [(0, False), (1, True)]
 
     os.rmdir(os.path.join(results, "results.csv"))
-    assert resumed_to_the_end(competition, results, redis_url, service_id)["state"] == "SUCCESS"
+    assert resumed_to_the_end(competition, results, redis_url, service_id)[0]["state"] == "SUCCESS"
     assert table_rows(results) == 2

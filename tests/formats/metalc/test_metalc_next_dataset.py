@@ -5,6 +5,7 @@ fold, and nothing else changes."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
@@ -133,3 +134,23 @@ def test_the_folds_process_plays_on_the_runners_session_asking_for_the_next_data
     steps = sum(trips[kind]["count"] for kind in ("step", "first", "closing", "last"))
     assert steps == sum(r["steps"] for r in records)
     assert all(len(row["samples"]) == row["count"] for row in trips.values())
+
+
+def test_a_plan_cut_short_mid_fold_ends_the_folds_play_with_the_evaluation(
+    two_per_fold, redis_url, service_id, tmp_path
+):
+    # The first 3 datasets only (as a debug run cuts the plan): the third is fold 1's first, not its
+    # last, so its ending step asks for the next one and hears that the evaluation has none.
+    competition = dataclasses.replace(load_competition("metalc-wcci2022", ROOMY), max_episodes=3)
+    results = str(tmp_path / "r")
+    with running_service(
+        competition, tests=two_per_fold, results=results, redis_url=redis_url, service_id=service_id
+    ) as (_, outcome):
+        wire = CountingWire(redis_url, service_id, reply_timeout_s=10)
+        played = runner.Runner(wire, runner.Submission.checked(AGENTS_DIR))
+        scores = played.play()
+        wire.close()
+        summary = finish(outcome)
+    assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
+    assert [r["index"] for r in read_episodes(results)] == [0, 1, 2] and played.datasets == 3
+    assert played.round_trips["last"]["count"] == 2  # fold 0's second dataset, and the evaluation's last
