@@ -31,7 +31,15 @@ from arbiter.protocol.errors import ArbiterError, DecodeError
 # fresh interpreter running BOOT, whose working folder is the agent's and must not shadow
 # arbiter's own modules: arbiter comes from where it is installed, and the agent's folder is put
 # first on the path once arbiter is loaded (metalc_fold.import_agent_class).
-FORKS = sys.platform.startswith("linux") and hasattr(os, "fork")
+# ARBITER_METALC_FORK=0 starts fresh interpreters on Linux too: for a program that calls the runner
+# while threads of its own run (a fork copies only the calling thread), or to compare the two.
+FORK_VARIABLE = "ARBITER_METALC_FORK"
+
+
+def forks_folds() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "fork") and os.environ.get(FORK_VARIABLE, "1") != "0"
+
+
 BOOT = (
     "import sys\n"
     "if not sys.flags.safe_path:\n"
@@ -105,7 +113,7 @@ class FoldProcess:
             fold_reads, self.to_fold = os.pipe()
             self.from_fold, fold_writes = os.pipe()
             try:
-                if FORKS if forks is None else forks:
+                if forks_folds() if forks is None else forks:
                     self._fork(workdir, env, fold_reads, fold_writes)
                 else:
                     self._start_interpreter(workdir, env, fold_reads, fold_writes)

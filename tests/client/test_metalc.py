@@ -16,6 +16,7 @@ import tempfile
 import textwrap
 
 import pytest
+from harness import wait_for
 
 from arbiter.client import metalc_process as fold_side
 from arbiter.client.metalc_play import TIMED
@@ -183,3 +184,23 @@ def test_a_refusal_told_by_a_fold_is_raised_as_its_class_and_anything_else_as_an
     for kind in ("KeyError", "os", "no such name", "Limits"):
         error = fold_side.refusal(kind, "m")
         assert type(error) is ArbiterError and str(error) == "m"
+
+
+@pytest.mark.parametrize(("variable", "forked"), [(None, True), ("1", True), ("0", False)])
+def test_folds_are_forked_on_linux_unless_the_environment_says_otherwise(submission, monkeypatch, variable, forked):
+    if variable is None:
+        monkeypatch.delenv(fold_side.FORK_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(fold_side.FORK_VARIABLE, variable)
+    fold = FoldProcess(submission, "run 0, fold 0")
+
+    def command_line() -> list[bytes]:
+        with open(f"/proc/{fold.pid}/cmdline", "rb") as handle:
+            return handle.read().split(b"\0")
+
+    try:
+        wait_for(lambda: command_line() != [b""], what="the process's command line (empty while it execs)")
+        started_as = command_line()
+    finally:
+        fold.close()
+    assert (b"-c" not in started_as) is forked  # a fresh interpreter runs BOOT with -c; a fork runs as this process
