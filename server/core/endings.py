@@ -85,7 +85,7 @@ class Endings:
                 stage_s = evaluation.current.stage_budget_s if evaluation.current is not None else None
                 kind, budget = "stage", stage_s or 0.0
             evaluation.bank.spend_all()
-            evaluation.record_current(now, finished=False, timeout=kind)
+            evaluation.recording.record_current(now, finished=False, timeout=kind)
             evaluation.counters[f"{kind}_timeouts"] += 1
             error_type = FLATLAND_RL.ENV_RESET_TIMEOUT if wait is Wait.PLANNING else FLATLAND_RL.ENV_STEP_TIMEOUT
             bank = f" and a time bank of {evaluation.bank.size_s:g} s" if evaluation.bank.size_s else ""
@@ -157,7 +157,7 @@ class Endings:
             # (--resume rebuilds the table); any other ending stands as decided.
             if state is State.SUCCESS:
                 state, cause = State.INTERRUPTED, f"{exc} (the evaluation had ended: {cause})"
-        evaluation.announce()  # the last items' notices come before the end's
+        evaluation.recording.announce()  # the last items' notices come before the end's
         evaluation.opener.discard()
         evaluation.state = state
         evaluation.termination_cause = cause
@@ -198,10 +198,10 @@ class Endings:
             self.finish(State.FAILED, f"{cause}; no episode was played", now)
             return
         if evaluation.current is not None:
-            evaluation.record_current(now, finished=False, abandoned=True)
+            evaluation.recording.record_current(now, finished=False, abandoned=True)
         skipped = evaluation.total - evaluation.next_index
         for item in evaluation.items[evaluation.next_index :]:
-            evaluation.write_item(item, evaluation.plan.unplayed(item), now, played=False)
+            evaluation.recording.write_item(item, evaluation.plan.unplayed(item), now, played=False)
         evaluation.next_index = evaluation.total
         suffix = f"; {self.items_said(skipped)} not played count as unfinished" if skipped else ""
         self.finish(State.SUCCESS, cause + suffix, now)

@@ -30,15 +30,15 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from arbiter.protocol.errors import ArbiterError, EvaluationError, OutOfOrder, TimeoutException
+from arbiter.protocol.errors import ArbiterError, OutOfOrder, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension, reply
 from arbiter.server.core import summary as evaluation_summary
 from arbiter.server.core.budgets import BudgetPolicy, TimeBank, Wait
 from arbiter.server.core.endings import Endings, State
 from arbiter.server.core.opening import ItemOpener
+from arbiter.server.core.recording import Recording
 from arbiter.server.core.restarts import Restarts
 from arbiter.server.core.scoring import ScoringRule
-from arbiter.server.core.summary import core_fields, merge_records, stats
 from arbiter.server.formats.base import Item, OpenItem, Plan
 from arbiter.server.service.results import ResultsStore
 
@@ -81,12 +81,6 @@ class Evaluation:
         self.on_episode = on_episode
         self.on_finish = on_finish
         self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
-        # Records whose notices (``on_episode``) and results.csv rows are due: the service loop gives
-        # them once the turn's reply has gone (``notices_after_reply``); the next item's records, a
-        # withdrawal and the end give those still due first: in order, each with its item's score.
-        self.notices_after_reply = False
-        self._unannounced: list[dict[str, Any]] = []
-        self._syncing = 0  # records of the item whose sync is still to come (``write_item(sync_later=True)``)
 
         self.state = State.RUNNING
         self.termination_cause = ""
@@ -121,10 +115,12 @@ class Evaluation:
         self._invalid_actions = 0
         self.bank = TimeBank(budgets.time_bank_s)
         self.opener = ItemOpener(plan)  # the next item, opened while the agent thinks (opening.py)
-        # Its two parts, each read on its own: how it ends (deadlines, timeouts, the final state)
-        # and who plays it (restarts, takeovers, a client of another format).
+        # Its parts, each read on its own: how it ends (deadlines, timeouts, the final state), who
+        # plays it (restarts, takeovers, a client of another format), and how each ended item is
+        # written and announced.
         self.endings = Endings(self)
         self.restarts = Restarts(self)
+        self.recording = Recording(self)
 
     # -- what the service loop asks -------------------------------------------------------
 
@@ -184,7 +180,7 @@ class Evaluation:
                         f"name it (its next episode) or a later item, below {self.total}; nothing was applied"
                     )
             self.counters["abandoned_episodes"] += 1
-            self.record_current(now, finished=False, abandoned=True)
+            self.recording.record_current(now, finished=False, abandoned=True)
         elif type(wanted) is int and wanted < self.next_index and self.records and self.records[-1]["index"] == wanted:
             # A reset for the stage that just ended, sent before the client heard: its stage is
             # over (timed out, or ended by the evaluator) and the next item is not handed out for it.
@@ -269,13 +265,14 @@ class Evaluation:
             # The item's records are written and on their way to the disk while its notices go
             # out and the next item opens; the reply, which lets the agent go on, waits for them
             # to be durable.
-            self.record_current(finished_step, finished=True, sync_later=True)
+            recording = self.recording
+            recording.record_current(finished_step, finished=True, sync_later=True)
             try:
-                self.announce()
+                recording.announce()
                 if body is not None and self.server_side and extension(payload).get("next") is True:
                     self._open_next_into(body, now)
             finally:
-                self._wait_durable()
+                recording.wait_durable()
         else:
             self.set_wait(Wait.STEP, finished_step)
         return body
@@ -323,89 +320,6 @@ class Evaluation:
     def set_wait(self, wait: Wait, since: float) -> None:
         self.wait = wait
         self.wait_started = since
-
-    def record_current(
-        self,
-        now: float,
-        *,
-        finished: bool,
-        timeout: str | None = None,
-        abandoned: bool = False,
-        sync_later: bool = False,
-    ) -> None:
-        opened = self.current
-        assert opened is not None
-        self.current = None
-        self.stage_at = None
-        try:
-            records = opened.records(finished=finished, timeout=timeout, abandoned=abandoned)
-        finally:
-            opened.close()
-        self.write_item(
-            opened.item, records, now, played=True, timeout=timeout, abandoned=abandoned, sync_later=sync_later
-        )
-        if finished or abandoned:
-            self.set_wait(Wait.NEXT_EPISODE, now)
-
-    def write_item(
-        self,
-        item: Item,
-        format_records: list[dict[str, Any]],
-        now: float,
-        *,
-        played: bool,
-        timeout: str | None = None,
-        abandoned: bool = False,
-        sync_later: bool = False,
-    ) -> None:
-        """One item's records, durable before anything else happens; with ``sync_later``, written
-        and durable once ``_wait_durable`` returns, which comes before anything leaves but the
-        item's notices (results.csv is rebuilt from episodes.jsonl, events are informational)."""
-        item_core, last_core = core_fields(
-            timeout=timeout,
-            abandoned=abandoned,
-            played=played,
-            debug=self.debug,
-            elapsed_s=self.elapsed_s(now),
-            invalid_actions=self._invalid_actions,
-            wall_s=now - self._episode_started,
-            planning_s=self._planning_s,
-            step_think_s=stats(self._episode_think),
-            time_bank_used_s=self.bank.used_s,
-            client=self.client_session if played else None,
-        )
-        records = merge_records(item.index, item.unit, format_records, item_core, last_core)
-        self.announce()
-        self.store.add_episodes(records, rows_later=self.notices_after_reply, sync_later=sync_later)
-        self._syncing = len(records) if sync_later else 0
-        # All of the item's records first, then one notice each: the score so far that every
-        # notice shows is the item's, computed once (a training run may hold thousands of episodes).
-        self.records.extend(records)
-        if self.on_episode is not None:
-            self._unannounced.extend(records)
-            if not self.notices_after_reply:
-                self.announce()
-
-    def _wait_durable(self) -> None:
-        """The records ``write_item(sync_later=True)`` wrote, durable. If the disk refuses, the
-        item leaves the evaluation as it left the files (ResultsUnwritable raised)."""
-        syncing, self._syncing = self._syncing, 0
-        try:
-            self.store.wait_durable()
-        except EvaluationError:
-            if syncing:
-                del self.records[-syncing:]
-            raise
-
-    def announce(self) -> None:
-        """What waits for the reply: results.csv's rows of the items written since the last call
-        (``ResultsStore.write_due_rows``), then their notices (``on_episode``, once per record)."""
-        self.store.write_due_rows(replied=True)
-        if not self._unannounced:  # most turns (this runs after every request): nothing to hand out
-            return
-        due, self._unannounced = self._unannounced, []
-        for record in due:
-            self.on_episode(record, self)  # type: ignore[misc]  # records are due only with on_episode
 
     # -- reports ----------------------------------------------------------------------------
 

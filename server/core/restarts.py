@@ -123,7 +123,7 @@ class Restarts:
     def _withdraw_from(self, start: int, cause: str, now: float) -> None:
         """Take items ``start`` on out of the results and play them again from ``start``."""
         evaluation = self.evaluation
-        evaluation.announce()  # the withdrawn items' notices come before the withdrawal's
+        evaluation.recording.announce()  # the withdrawn items' notices come before the withdrawal's
         withdrawn = evaluation.store.withdraw_from(start)
         indices = sorted({r["index"] for r in evaluation.records if r["index"] >= start})
         evaluation.records = [r for r in evaluation.records if r["index"] < start]
@@ -153,7 +153,7 @@ class Restarts:
         if start == index:
             return  # the group had not begun
         for item in evaluation.items[index:end]:
-            evaluation.write_item(item, evaluation.plan.unplayed(item), now, played=False)
+            evaluation.recording.write_item(item, evaluation.plan.unplayed(item), now, played=False)
         evaluation.next_index = end
         evaluation.counters["items_not_played_after_takeover"] += end - index
         log.warning("items %d-%d depend on the state of the agent that was replaced: not played", index, end - 1)

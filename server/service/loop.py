@@ -97,7 +97,9 @@ class EvaluatorService:
         self._agent_ended_how: str | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
-        evaluation.notices_after_reply = True  # given at the end of each turn (_serve_once), once its reply is out
+        evaluation.recording.notices_after_reply = (
+            True  # given at the end of each turn (_serve_once), once its reply is out
+        )
         self.dispatch: dict[str, Handler] = {
             FLATLAND_RL.PING: evaluation.on_ping,
             FLATLAND_RL.ENV_CREATE: evaluation.on_create,
@@ -202,10 +204,10 @@ class EvaluatorService:
             if now >= deadline.at:
                 for error in evaluation.endings.expire(deadline, now):
                     self.transport.push_error(codec.encode(error, wire=self.client_wire))
-                evaluation.announce()
+                evaluation.recording.announce()
             return True
         self.handle(raw, now)
-        evaluation.announce()  # the reply is on its way (or rides the next packet)
+        evaluation.recording.announce()  # the reply is on its way (or rides the next packet)
         self._check_flood(now)
         return True
 

@@ -106,20 +106,28 @@ def two_per_fold(tmp_path_factory):
     return str(folder)
 
 
-def test_the_folds_process_plays_on_the_runners_session_asking_for_the_next_dataset_within_its_fold(
-    two_per_fold, redis_url, service_id, tmp_path
-):
-    competition = load_competition("metalc-wcci2022", ROOMY)
-    results = str(tmp_path / "r")
-    with running_service(
-        competition, tests=two_per_fold, results=results, redis_url=redis_url, service_id=service_id
-    ) as (_, outcome):
+def runner_evaluation(competition, tests: str, results: str, redis_url: str, service_id: str):
+    """The example agent played by the runner against an evaluator serving in this process, the
+    evaluation checked a success scored as the runner was told: the runner, its wire, the summary."""
+    with running_service(competition, tests=tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
         wire = CountingWire(redis_url, service_id, reply_timeout_s=10)
         played = runner.Runner(wire, runner.Submission.checked(AGENTS_DIR))
         scores = played.play()
         wire.close()
         summary = finish(outcome)
     assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
+    return played, wire, summary
+
+
+def test_the_folds_process_plays_on_the_runners_session_asking_for_the_next_dataset_within_its_fold(
+    two_per_fold, redis_url, service_id, tmp_path
+):
+    competition = load_competition("metalc-wcci2022", ROOMY)
+    results = str(tmp_path / "r")
+    played, wire, summary = runner_evaluation(competition, two_per_fold, results, redis_url, service_id)
     records = read_episodes(results)
     assert [r["index"] for r in records] == list(range(12)) and played.datasets == 12
     # Every step went out from a fold's process: the runner asks for each fold's first dataset (with
@@ -143,14 +151,6 @@ def test_a_plan_cut_short_mid_fold_ends_the_folds_play_with_the_evaluation(
     # last, so its ending step asks for the next one and hears that the evaluation has none.
     competition = dataclasses.replace(load_competition("metalc-wcci2022", ROOMY), max_episodes=3)
     results = str(tmp_path / "r")
-    with running_service(
-        competition, tests=two_per_fold, results=results, redis_url=redis_url, service_id=service_id
-    ) as (_, outcome):
-        wire = CountingWire(redis_url, service_id, reply_timeout_s=10)
-        played = runner.Runner(wire, runner.Submission.checked(AGENTS_DIR))
-        scores = played.play()
-        wire.close()
-        summary = finish(outcome)
-    assert summary["state"] == "SUCCESS" and scores["score"] == summary["score"]["primary"]
+    played, _, _ = runner_evaluation(competition, two_per_fold, results, redis_url, service_id)
     assert [r["index"] for r in read_episodes(results)] == [0, 1, 2] and played.datasets == 3
     assert played.round_trips["last"]["count"] == 2  # fold 0's second dataset, and the evaluation's last
