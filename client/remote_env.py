@@ -20,6 +20,11 @@ played again from its start, at ``exc.resume_item``, and ``next_item`` says so; 
 from inside it is not to be trusted, so an agent should be started again (arbiter's runners
 rebuild theirs). Between items, a restart goes unnoticed.
 
+On the evaluator's machine an observation's large arrays (a game frame) are not copied: they are
+views of the evaluator's shared memory segment (``protocol/shared_frames.py``), writable, and
+each stays as it came for as long as anything references it. An agent that holds more
+observations than the segment has slots gets the next ones as copies.
+
 ``info["env_done"]`` says whether the evaluation has an episode left, the way DIAMBRA's
 evaluation env says it: every ``reset()`` reports False while it starts an episode; once the
 evaluation has none left, ``reset()`` returns the last observation with ``env_done`` True (and
@@ -69,7 +74,6 @@ class RemoteEnv(gymnasium.Env):
             asks["frames"] = SHARED
         self.server_info = self.wire.handshake(f"arbiter-{PROTOCOL_VERSION}", asks=asks)
         self.frames = self._map_frames(self.server_info.get("frames"))
-        self._step_asks = {"reply": True, "frames": SHARED} if self.frames is not None else {"reply": True}
         if "spaces" not in self.server_info:
             raise ArbiterError(
                 "this evaluator keeps no env on the server (a Flatland evaluation): use arbiter.client.RemoteClient"
@@ -123,7 +127,7 @@ class RemoteEnv(gymnasium.Env):
             self._ignored_seed_warned = True
         if self._stage_over and self.episode.get("stage") == "train":
             raise StopIteration("the evaluator ended this training run")
-        asks: dict[str, Any] = {"frames": SHARED} if self.frames is not None else {}
+        asks = self._frames_asks({})
         expected = self._expected_item()
         if expected is not None:
             asks["item"] = expected
@@ -154,7 +158,7 @@ class RemoteEnv(gymnasium.Env):
             raise StopIteration("the evaluator ended this training run")
         if not self.episode:
             raise OutOfOrder("step() before reset(): there is no running episode")
-        asks = self._step_asks
+        asks = self._frames_asks({"reply": True})
         body = self._request(FLATLAND_RL.ENV_STEP, {"action": action, EXTENSION_KEY: asks})["payload"]
         ext = extension(body)
         self._stage_over = bool(ext.get("stage_over"))
@@ -164,6 +168,14 @@ class RemoteEnv(gymnasium.Env):
         observation = body["observation"]
         self._last_observation = observation if self.frames is None else self.frames.restore(observation)
         return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+
+    def _frames_asks(self, asks: dict[str, Any]) -> dict[str, Any]:
+        """``asks`` with the slot of the shared frames segment the reply's arrays go to."""
+        if self.frames is not None:
+            slot = self.frames.ask()
+            if slot is not None:
+                asks["frames"] = slot
+        return asks
 
     def _request(self, type_: str, payload: dict[str, Any]) -> dict[str, Any]:
         try:

@@ -70,12 +70,18 @@ class GymEpisode(OpenItem):
         )
 
     def step(self, action: Any) -> bool:
-        observation, reward, terminated, truncated, info = self.env.step(action)
+        """Play ``action``, one that ``sanitize`` returned."""
+        observation, reward, terminated, truncated, info = self.step_env(action)
         self.steps += 1
         self.total_return += float(reward)
         self.last_step = (observation, float(reward), bool(terminated), bool(truncated), info)
         self.over = bool(terminated or truncated)
         return self.over
+
+    def step_env(self, action: Any) -> Step:
+        """The env's step for an action ``sanitize`` returned; a format whose env would check it
+        again says so here."""
+        return self.env.step(action)
 
     def step_reply(self, invalid: int) -> dict[str, Any]:
         if self.last_step is None:

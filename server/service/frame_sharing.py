@@ -23,17 +23,24 @@ class FrameSharing:
 
     def applied(self, type_: str, payload: dict[str, Any], response: dict[str, Any] | None) -> dict[str, Any] | None:
         """``response`` to an applied request, as it goes to the client: a PONG that offers a
-        segment to a client that asked for one; an observation's large arrays in the segment for
-        a client that says it mapped it."""
-        if response is None or extension(payload).get("frames") != SHARED:
+        segment to a client that asked for one; an observation's large arrays in the slot a
+        client that mapped the segment named (protocol/shared_frames.py)."""
+        if response is None:
             return response
-        if type_ == FLATLAND_RL.PING and response.get("type") == FLATLAND_RL.PONG:
+        frames = extension(payload).get("frames")
+        if frames == SHARED and type_ == FLATLAND_RL.PING and response.get("type") == FLATLAND_RL.PONG:
             return self._offer(response)
         writer = self.writer
         if writer is None or response.get("type") not in _WITH_OBSERVATIONS:
             return response
+        if frames == SHARED:  # an older client: slots 0 and 1 in turn, copied out
+            slot = None
+        elif type(frames) is int and 0 <= frames < writer.slots:  # the slot the client named
+            slot = frames
+        else:  # asked for nothing (every slot taken), or for no slot there is: inline
+            return response
         writer.claimed()
-        return {**response, "payload": writer.share(response["payload"])}
+        return {**response, "payload": writer.share(response["payload"], slot)}
 
     def _offer(self, pong: dict[str, Any]) -> dict[str, Any]:
         body = extension(pong.get("payload"))

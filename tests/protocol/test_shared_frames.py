@@ -1,10 +1,12 @@
 """protocol/shared_frames.py and its use by the evaluator and RemoteEnv: large observation arrays
 through shared memory for a client on the evaluator's machine, through Redis for any other, the
-same observations either way; the segment's path is gone once the client mapped it, and no other
-process can shrink, grow or write it (which would crash the evaluator or change observations)."""
+same observations either way, each as it came for as long as the agent holds it; the segment's
+path is gone once the client mapped it, and no other process can shrink or grow it (which would
+crash the evaluator). The agent's slots are in test_frame_leases.py."""
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import subprocess
@@ -41,6 +43,7 @@ def sealed_memory_files() -> bool:
 
 pytestmark = pytest.mark.skipif(not sealed_memory_files(), reason="no sealed memory files (memfd) here")
 
+STEPS = 12
 NATIVE = ["game=doapp", "difficulty=easy", "episodes=1", "frame_shape=[0, 0, 0]", "seed=9"]
 
 
@@ -105,33 +108,37 @@ def test_large_arrays_go_through_the_segment_and_come_back_equal():
 HOSTILE = """
 import json, mmap, os, sys
 fd = os.open(sys.argv[1], os.O_RDWR)  # the same user may open it for writing ...
-attempts = {"shrink": lambda: os.ftruncate(fd, 0), "grow": lambda: os.ftruncate(fd, 1 << 30),
-            "write": lambda: os.pwrite(fd, b"x" * 64, 64), "map for writing": lambda: mmap.mmap(fd, 4096)}
+attempts = {"shrink": lambda: os.ftruncate(fd, 0), "grow": lambda: os.ftruncate(fd, 1 << 30)}
 refused = {}
-for name, attempt in attempts.items():  # ... but can change nothing through it
+for name, attempt in attempts.items():  # ... but not resize it
     try:
         attempt()
         refused[name] = None
     except OSError as exc:
         refused[name] = exc.errno
+scribble = mmap.mmap(fd, os.fstat(fd).st_size)  # what it writes reaches only what agents read
+scribble[64:] = b"x" * (len(scribble) - 64)
 print(json.dumps(refused))
 """
 
 
-def test_another_process_can_neither_resize_nor_write_the_segment():
+def test_another_process_can_write_but_not_resize_the_segment_and_the_evaluator_writes_on():
     # A file of the evaluator's user that an agent could shrink would make the evaluator's next
-    # write into its mapping a SIGBUS: the segment is sealed against it.
+    # write into its mapping a SIGBUS: the segment is sealed against it. Writes are the agent's
+    # own business: the evaluator never reads the segment.
     writer = SharedFramesWriter(480 * 512 * 3)
     try:
         offer = writer.offer()
         done = subprocess.run([sys.executable, "-c", HOSTILE, offer["path"]], capture_output=True, text=True,
                               timeout=30, check=True)  # fmt: skip
         refused = json.loads(done.stdout)
-        assert refused == dict.fromkeys(["shrink", "grow", "write", "map for writing"], 1), refused  # EPERM
+        assert refused == {"shrink": 1, "grow": 1}, refused  # EPERM
         reader = SharedFramesReader(offer)
         try:
-            shared = writer.share({"observation": observation(7)})  # the evaluator writes on unharmed
-            assert_same(reader.restore(shared["observation"]), observation(7))
+            for k in (7, 8, 9):  # the evaluator writes on unharmed, into each slot in turn
+                slot = reader.ask()
+                shared = writer.share({"observation": observation(k)}, slot)
+                assert_same(reader.restore(shared["observation"]), observation(k))
             assert os.stat(offer["path"]).st_size == offer["size"]  # neither shrunk nor grown
         finally:
             reader.close()
@@ -191,13 +198,17 @@ def play_native(redis_url, redis_conn, service_id, tmp_path, **env_kwargs) -> tu
         observation, _ = env.reset()
         env.closed_after_reset = offer is not None and not is_segment(offer["path"])
         before = redis_bytes_out(redis_conn)
-        for _ in range(5):
+        held = []  # more observations than the segment has slots: the last ones are copies
+        for _ in range(STEPS):
             assert env.observation_space.contains(observation)
             assert observation["frame"].shape == (480, 512, 3) and observation["frame"].flags.writeable
             observation, *_ = env.step(env.action_space.sample())
             evaluators = service.evaluation.current.last_step[0]  # it waits for the next step
             assert_same(observation, evaluators)
-        per_step = (redis_bytes_out(redis_conn) - before) // 5
+            held.append((observation, copy.deepcopy(evaluators)))
+        per_step = (redis_bytes_out(redis_conn) - before) // STEPS
+        for observation, evaluators in held:  # each as it came, for as long as it was held
+            assert_same(observation, evaluators)
         env.submit()
         env.close()
         assert finish(outcome)["state"] == "SUCCESS"

@@ -93,3 +93,33 @@ def test_a_new_handshake_gets_a_new_segment(sharing):
     second = sharing.applied(FLATLAND_RL.PING, ASKS, pong(FRAME))["payload"][EXTENSION_KEY]["frames"]
     assert first["token"] != second["token"]
     SharedFramesReader(second).close()
+
+
+def asking_for(slot: object) -> dict[str, Any]:
+    return {EXTENSION_KEY: {"frames": slot}}
+
+
+def test_a_named_slot_gets_the_arrays_and_an_older_clients_requests_alternate(sharing):
+    offer = sharing.applied(FLATLAND_RL.PING, ASKS, pong(FRAME))["payload"][EXTENSION_KEY]["frames"]
+    writer = sharing.writer
+    assert offer["slots"] == writer.slots >= 2 and offer["slot_bytes"] == writer.slot_bytes
+
+    def offset(frames: object) -> int:
+        sent = sharing.applied(FLATLAND_RL.ENV_STEP, asking_for(frames), step_reply(FRAME.sample()))
+        return sent["payload"]["observation"][PLACEHOLDER_KEY][0]
+
+    first_slot = offer["size"] - writer.slots * writer.slot_bytes
+    for slot in (writer.slots - 1, 1, 0, 1):
+        assert offset(slot) == first_slot + slot * writer.slot_bytes
+    # "shared" (an agent from before slots were named): slots 0 and 1 in turn
+    assert [offset(SHARED) for _ in range(3)] == [first_slot, first_slot + writer.slot_bytes, first_slot]
+
+
+@pytest.mark.parametrize("frames", [-1, "slots", True, 2.0, [1], "the last slot + 1"])
+def test_a_slot_there_is_not_gets_the_arrays_inline(sharing, frames):
+    sharing.applied(FLATLAND_RL.PING, ASKS, pong(FRAME))
+    if frames == "the last slot + 1":
+        frames = sharing.writer.slots
+    frame = FRAME.sample()
+    answered = sharing.applied(FLATLAND_RL.ENV_STEP, asking_for(frames), step_reply(frame))
+    assert answered["payload"]["observation"] is frame

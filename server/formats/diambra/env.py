@@ -105,6 +105,11 @@ class DiambraEnv(gymnasium.Env):
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         clean, invalid = self.sanitize(action)
         self.invalid_actions += invalid
+        return self.play(clean, invalid)
+
+    def play(self, clean: Any, invalid: int = 0) -> tuple[Any, float, bool, bool, dict]:
+        """``step`` for an action ``sanitize`` made (the evaluator's episode checks and counts
+        the agent's actions itself); ``invalid``: the agent's action was replaced by it."""
         with self._random.active(numpy=False):
             observation, reward, terminated, truncated, info = self._env.step(clean)
         return (
