@@ -12,11 +12,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+from harness import sealed_memory_files
 
 from arbiter.protocol.errors import ArbiterError
 from arbiter.protocol.shared_frames import (
     COPY_SLOT,
-    LARGE_ARRAY_BYTES,
     MOST_SEGMENT_BYTES,
     MOST_SLOTS,
     SHARED,
@@ -26,14 +26,6 @@ from arbiter.protocol.shared_frames import (
 )
 
 FRAME_BYTES = 96 * 128 * 3
-
-
-def sealed_memory_files() -> bool:
-    try:
-        SharedFramesWriter(LARGE_ARRAY_BYTES).close()
-    except OSError:
-        return False
-    return True
 
 
 pytestmark = pytest.mark.skipif(not sealed_memory_files(), reason="no sealed memory files (memfd) here")

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from harness import finish, running_service
+from harness import finish, running_service, sealed_memory_files
 
 pytest.importorskip("diambra.arena", reason="the DIAMBRA extra is not installed")
 
@@ -30,16 +30,6 @@ from arbiter.protocol.shared_frames import (  # noqa: E402
     SharedFramesWriter,
 )
 from arbiter.server.core.competition import load_competition, spec_from_dict  # noqa: E402
-
-
-def sealed_memory_files() -> bool:
-    """This system makes the sealed memory files the segment is (Linux 5.1 or later)."""
-    try:
-        SharedFramesWriter(LARGE_ARRAY_BYTES).close()
-    except OSError:
-        return False
-    return True
-
 
 pytestmark = pytest.mark.skipif(not sealed_memory_files(), reason="no sealed memory files (memfd) here")
 

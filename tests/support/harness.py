@@ -50,6 +50,17 @@ def in_forked_child(report: Callable[[], Any]) -> tuple[int, str]:
     return child, text
 
 
+def sealed_memory_files() -> bool:
+    """This system makes the sealed memory files a shared frames segment is (Linux's memfd)."""
+    from arbiter.protocol.shared_frames import LARGE_ARRAY_BYTES, SharedFramesWriter
+
+    try:
+        SharedFramesWriter(LARGE_ARRAY_BYTES).close()
+    except OSError:
+        return False
+    return True
+
+
 def spec(**budgets: Any) -> CompetitionSpec:
     """The NeurIPS 2020 competition with the given (usually sub-second) budgets."""
     scoring = budgets.pop("scoring", "neurips2020")
