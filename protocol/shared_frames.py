@@ -287,9 +287,8 @@ class SharedFramesReader:
         shape = tuple(spec["shape"])
         if offset < _HEADER or offset + nbytes > self._size or math.prod(shape) * dtype.itemsize != nbytes:
             raise ArbiterError(f"a shared array outside its segment: {where!r}")
-        leased = slot is not None and slot != COPY_SLOT
-        start = _HEADER + slot * self.slot_bytes if leased else 0
-        if leased and start <= offset and offset + nbytes <= start + self.slot_bytes:
+        if slot is not None and slot != COPY_SLOT and self._in_slot(slot, offset, nbytes):
+            start = _HEADER + slot * self.slot_bytes
             if not lease:  # the slot's one view, which every array of this reply is a view of
                 view = np.frombuffer(self._map, dtype=np.uint8, count=self.slot_bytes, offset=start)
                 weakref.finalize(view, self._free.append, slot)
@@ -297,6 +296,10 @@ class SharedFramesReader:
             return lease[0][offset - start : offset - start + nbytes].view(dtype).reshape(shape)
         array = np.frombuffer(self._map, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
         return array.reshape(shape).copy()
+
+    def _in_slot(self, slot: int, offset: int, nbytes: int) -> bool:
+        start = _HEADER + slot * self.slot_bytes
+        return start <= offset and offset + nbytes <= start + self.slot_bytes
 
     def close(self) -> None:
         """Unmap the segment, or leave it to go with the last observation that views it."""
