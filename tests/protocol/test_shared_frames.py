@@ -7,6 +7,7 @@ crash the evaluator). The agent's slots are in test_frame_leases.py."""
 from __future__ import annotations
 
 import copy
+import gc
 import json
 import os
 import subprocess
@@ -16,13 +17,13 @@ from typing import Any
 import numpy as np
 import pytest
 import redis
-from harness import finish, running_service, sealed_memory_files
+from harness import finish, running_service, sealed_memory_files, wait_for
 
 pytest.importorskip("diambra.arena", reason="the DIAMBRA extra is not installed")
 
 from arbiter.client import remote_env  # noqa: E402
 from arbiter.client.remote_env import RemoteEnv  # noqa: E402
-from arbiter.protocol.errors import ArbiterError  # noqa: E402
+from arbiter.protocol.errors import ArbiterError, TimeoutException  # noqa: E402
 from arbiter.protocol.shared_frames import (  # noqa: E402
     LARGE_ARRAY_BYTES,
     PLACEHOLDER_KEY,
@@ -256,3 +257,36 @@ def test_no_segment_for_small_observations(redis_url, service_id, tmp_path):
         env.close()
         service.request_stop("test over")
         finish(outcome)
+
+
+def test_a_timed_out_steps_slot_is_named_again_once_a_later_reply_comes(redis_url, service_id, tmp_path):
+    # The step sent after a step timeout is refused: its reply is an error, so its slot is named
+    # again only once a later request has had its reply, and every observation after it is right.
+    competition = load_competition("diambra", [*NATIVE[:2], "episodes=2", *NATIVE[3:], "budgets.step_s=0.3"])
+    with running_service(competition, tests=None, results=str(tmp_path / "r"), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        frames = env.frames
+        assert frames is not None and frames.leasing
+        env.reset()
+        env.step(env.action_space.sample())  # then the agent stalls past its step budget
+        wait_for(lambda: service.evaluation.counters["step_timeouts"] == 1, timeout_s=5, what="the step timeout")
+        with pytest.raises(TimeoutException):
+            env.step(env.action_space.sample())
+        refused = frames._asked
+        assert refused is not None and refused not in frames._free
+        observation, _ = env.reset()  # the next episode: a reply, so the refused step's slot is free again
+        assert refused in frames._free
+        assert_same(observation, service.evaluation.current.observation)
+        held = [observation]
+        for _ in range(3):
+            observation, *_ = env.step(env.action_space.sample())
+            assert_same(observation, service.evaluation.current.last_step[0])
+            held.append(observation)
+        assert len(frames._free) == frames.slots - 1 - len(held)  # one slot each, none lost
+        del held, observation
+        gc.collect()
+        assert len(frames._free) == frames.slots - 2  # but the copy slot and the env's last observation
+        env.submit()
+        env.close()
+        assert finish(outcome)["state"] == "SUCCESS"
