@@ -96,6 +96,10 @@ def _aligned(n: int) -> int:
     return -(-n // _ALIGN) * _ALIGN
 
 
+def _slot_start(slot: int, slot_bytes: int) -> int:
+    return _HEADER + slot * slot_bytes
+
+
 def slots_for(slot_bytes: int) -> int:
     """How many slots a segment of ``slot_bytes`` slots has: ``MOST_SLOTS`` while they fit in
     ``MOST_SEGMENT_BYTES``, never fewer than two (an older agent's alternation)."""
@@ -152,7 +156,7 @@ class SharedFramesWriter:
         if not 0 <= chosen < self.slots:
             raise ValueError(f"slot {chosen} of a segment of {self.slots}")
         observation = payload.get("observation")
-        start = _HEADER + chosen * self.slot_bytes
+        start = _slot_start(chosen, self.slot_bytes)
         cursor = [start, start + self.slot_bytes]
         shared = self._move(observation, cursor)
         if shared is observation:
@@ -287,19 +291,16 @@ class SharedFramesReader:
         shape = tuple(spec["shape"])
         if offset < _HEADER or offset + nbytes > self._size or math.prod(shape) * dtype.itemsize != nbytes:
             raise ArbiterError(f"a shared array outside its segment: {where!r}")
-        if slot is not None and slot != COPY_SLOT and self._in_slot(slot, offset, nbytes):
-            start = _HEADER + slot * self.slot_bytes
-            if not lease:  # the slot's one view, which every array of this reply is a view of
-                view = np.frombuffer(self._map, dtype=np.uint8, count=self.slot_bytes, offset=start)
-                weakref.finalize(view, self._free.append, slot)
-                lease.append(view)
-            return lease[0][offset - start : offset - start + nbytes].view(dtype).reshape(shape)
+        if slot is not None and slot != COPY_SLOT:
+            start = _slot_start(slot, self.slot_bytes)
+            if start <= offset and offset + nbytes <= start + self.slot_bytes:
+                if not lease:  # the slot's one view, which every array of this reply is a view of
+                    view = np.frombuffer(self._map, dtype=np.uint8, count=self.slot_bytes, offset=start)
+                    weakref.finalize(view, self._free.append, slot)
+                    lease.append(view)
+                return lease[0][offset - start : offset - start + nbytes].view(dtype).reshape(shape)
         array = np.frombuffer(self._map, dtype=dtype, count=nbytes // dtype.itemsize, offset=offset)
         return array.reshape(shape).copy()
-
-    def _in_slot(self, slot: int, offset: int, nbytes: int) -> bool:
-        start = _HEADER + slot * self.slot_bytes
-        return start <= offset and offset + nbytes <= start + self.slot_bytes
 
     def close(self) -> None:
         """Unmap the segment, or leave it to go with the last observation that views it."""
