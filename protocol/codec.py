@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import enum
 import io
-import math
 import pickle
 import re
 import types
@@ -171,29 +170,32 @@ def _plain_dtype(name: Any) -> np.dtype:
 
 
 def _numpy_from_map(obj: dict) -> Any:
-    if obj.get(b"kind", b"") not in (b"", ""):
+    # On every observation's small arrays: checks as cheap as a lookup where they can be.
+    kind = obj.get(b"kind", b"")
+    if kind != b"" and kind != "":
         raise DecodeError(
-            f"numpy payload of unsupported dtype {obj.get(b'type')!r} of kind {obj[b'kind']!r} (only plain dtypes are "
-            "accepted)"
+            f"numpy payload of unsupported dtype {obj.get(b'type')!r} of kind {kind!r} (only plain dtypes are accepted)"
         )
     name = obj.get(b"type")
-    dtype = _PLAIN_DTYPES.get(name) if isinstance(name, (str, bytes)) else None
-    if dtype is None:
+    try:
+        dtype = _PLAIN_DTYPES[name]  # type: ignore[index]  # the wire's, of any type
+    except (KeyError, TypeError):  # not seen yet, or unhashable: checked there
         dtype = _plain_dtype(name)
     data = obj.get(b"data")
     if not isinstance(data, bytes):
         raise DecodeError("numpy payload without bytes data")
     if obj[b"nd"] is True:
         shape = obj.get(b"shape")
-        if (
-            not isinstance(shape, (list, tuple))
-            or len(shape) > _MAX_NDIM
-            or not all(isinstance(n, int) and 0 <= n for n in shape)
-        ):
+        if (type(shape) is not list and type(shape) is not tuple) or len(shape) > _MAX_NDIM:
             raise DecodeError(f"bad numpy shape {shape!r}")
-        if math.prod(shape) * dtype.itemsize != len(data):
+        count = 1
+        for n in shape:
+            if type(n) is not int or n < 0:
+                raise DecodeError(f"bad numpy shape {shape!r}")
+            count *= n
+        if count * dtype.itemsize != len(data):
             raise DecodeError("numpy payload size does not match its shape and dtype")
-        return np.frombuffer(data, dtype=dtype).reshape(shape).copy()
+        return np.ndarray(shape, dtype, data).copy()  # a copy: writable, as an env's own arrays are
     if len(data) != dtype.itemsize:
         raise DecodeError("numpy scalar payload of the wrong size")
     return np.frombuffer(data, dtype=dtype)[0]

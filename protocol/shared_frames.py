@@ -53,11 +53,20 @@ import os
 import secrets
 import stat
 import weakref
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from arbiter.protocol.errors import ArbiterError
+from arbiter.protocol.large_arrays import (
+    LARGE_ARRAY_BYTES,
+    SHAREABLE_KINDS,
+    LargeArray,
+    large_arrays,
+    member_at,
+    replaced_at,
+)
 
 try:
     import fcntl
@@ -66,7 +75,6 @@ except ImportError:  # Windows: no shared frames, arrays through Redis
 
 PLACEHOLDER_KEY = "__shared__"
 SHARED = "shared"  # "frames" in the handshake, and in an older agent's requests (copied out)
-LARGE_ARRAY_BYTES = 16 * 1024  # smaller arrays travel inline (a 128×128 frame is 16 KiB: shared)
 _SEALS = fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL if hasattr(fcntl, "F_ADD_SEALS") else 0
 _HEADER = 64  # bytes before the first slot: the token
 _TOKEN_BYTES = 16
@@ -76,20 +84,6 @@ _ALIGN = 64
 MOST_SLOTS = 8
 MOST_SEGMENT_BYTES = 128 * 1024 * 1024
 COPY_SLOT = 0
-
-
-def large_array_bytes(space: Any) -> int:
-    """The bytes of the arrays of ``LARGE_ARRAY_BYTES`` or more in one observation of ``space``."""
-    kind = type(space).__name__
-    if kind == "Dict":
-        return sum(large_array_bytes(member) for member in space.spaces.values())
-    if kind == "Tuple":
-        return sum(large_array_bytes(member) for member in space.spaces)
-    shape, dtype = getattr(space, "shape", None), getattr(space, "dtype", None)
-    if not shape or dtype is None:
-        return 0
-    size = math.prod(shape) * dtype.itemsize
-    return size if size >= LARGE_ARRAY_BYTES else 0
 
 
 def _aligned(n: int) -> int:
@@ -109,10 +103,15 @@ def slots_for(slot_bytes: int) -> int:
 class SharedFramesWriter:
     """The evaluator's side: one segment, written into and offered to one client at a time.
     ``OSError`` when this system cannot make a sealed memory file (no ``memfd_create``): the
-    arrays then go through Redis."""
+    arrays then go through Redis.
 
-    def __init__(self, slot_bytes: int, slots: int | None = None):
-        self.slot_bytes = _aligned(slot_bytes)
+    ``arrays``: the large arrays the observation space declares (``large_arrays``). Each gets a
+    place of its own in every slot, and an observation that holds them as the space says is
+    shared by going straight to them; any other observation is searched for large arrays."""
+
+    def __init__(self, slot_bytes: int, slots: int | None = None, arrays: Sequence[LargeArray] = ()):
+        starts, end = _places(arrays)
+        self.slot_bytes = _aligned(max(slot_bytes, end))
         self.slots = slots_for(self.slot_bytes) if slots is None else slots
         if self.slots < 2:
             raise ValueError(f"a segment has at least two slots, not {self.slots}")
@@ -138,6 +137,26 @@ class SharedFramesWriter:
         self.path = f"/proc/{os.getpid()}/fd/{fd}"
         self._bytes = np.frombuffer(self._map, dtype=np.uint8)
         self._alternate = 0
+        self._arrays = tuple(arrays)
+        # Per slot, each declared array's view of the segment and its placeholder (the same
+        # object in every reply that names the slot: replies are encoded, never changed).
+        self._views: list[list[np.ndarray]] = []
+        self._placeholders: list[list[dict[str, Any]]] = []
+        for slot in range(self.slots if self._arrays else 0):
+            offsets = [_slot_start(slot, self.slot_bytes) + start for start in starts]
+            places = list(zip(self._arrays, offsets, strict=True))
+            self._views.append([self._view(array, offset) for array, offset in places])
+            self._placeholders.append([_placeholder(offset, array.nbytes, array.dtype, array.shape)
+                                       for array, offset in places])  # fmt: skip
+
+    def _view(self, array: LargeArray, offset: int) -> np.ndarray:
+        return self._bytes[offset : offset + array.nbytes].view(array.dtype).reshape(array.shape)
+
+    @classmethod
+    def for_space(cls, space: Any) -> SharedFramesWriter | None:
+        """A segment for observations of ``space``; None when it declares no large arrays."""
+        arrays = large_arrays(space)
+        return cls(0, arrays=arrays) if arrays else None
 
     def offer(self) -> dict[str, Any]:
         return {"path": self.path, "size": self.size, "token": self.token, "slots": self.slots,
@@ -156,24 +175,38 @@ class SharedFramesWriter:
         if not 0 <= chosen < self.slots:
             raise ValueError(f"slot {chosen} of a segment of {self.slots}")
         observation = payload.get("observation")
-        start = _slot_start(chosen, self.slot_bytes)
-        cursor = [start, start + self.slot_bytes]
-        shared = self._move(observation, cursor)
+        shared = self._place(observation, chosen) if self._arrays else None
+        if shared is None:
+            start = _slot_start(chosen, self.slot_bytes)
+            shared = self._move(observation, [start, start + self.slot_bytes])
         if shared is observation:
             return payload
         if slot is None:
             self._alternate ^= 1
         return {**payload, "observation": shared}
 
+    def _place(self, observation: Any, slot: int) -> Any:
+        """``observation`` with its declared arrays in ``slot``, reached by their paths; None
+        when one is not there as the space declares it (missing, another dtype or shape)."""
+        placed = observation
+        for array, view, placeholder in zip(self._arrays, self._views[slot], self._placeholders[slot], strict=True):
+            value = member_at(observation, array.path)
+            if type(value) is not np.ndarray or value.dtype != array.dtype or value.shape != array.shape:
+                return None
+            np.copyto(view, value)
+            placed = replaced_at(placed, array.path, placeholder)
+        return placed
+
     def _move(self, value: Any, cursor: list[int]) -> Any:
+        """``value`` with every large array found in it moved into the segment from ``cursor``."""
         if isinstance(value, np.ndarray):
             nbytes = value.nbytes
-            if nbytes < LARGE_ARRAY_BYTES or value.dtype.kind not in "biufc" or cursor[0] + nbytes > cursor[1]:
+            if nbytes < LARGE_ARRAY_BYTES or value.dtype.kind not in SHAREABLE_KINDS or cursor[0] + nbytes > cursor[1]:
                 return value
             offset = cursor[0]
             self._bytes[offset : offset + nbytes] = np.ascontiguousarray(value).reshape(-1).view(np.uint8)
             cursor[0] = _aligned(offset + nbytes)
-            return {PLACEHOLDER_KEY: [offset, nbytes], "dtype": value.dtype.str, "shape": list(value.shape)}
+            return _placeholder(offset, nbytes, value.dtype, value.shape)
         if isinstance(value, dict):
             moved = {k: self._move(v, cursor) for k, v in value.items()}
             return value if all(moved[k] is value[k] for k in value) else moved
@@ -184,8 +217,23 @@ class SharedFramesWriter:
 
     def close(self) -> None:
         self.claimed()
-        self._bytes = None  # type: ignore[assignment]  # the buffer export must go before the map closes
+        # The buffer's exports must go before the map closes.
+        self._bytes = self._views = None  # type: ignore[assignment]
         self._map.close()
+
+
+def _places(arrays: Sequence[LargeArray]) -> tuple[list[int], int]:
+    """Where each array starts in a slot, and where the last one ends: aligned."""
+    starts, end = [], 0
+    for array in arrays:
+        starts.append(end)
+        end = _aligned(end + array.nbytes)
+    return starts, end
+
+
+def _placeholder(offset: int, nbytes: int, dtype: np.dtype, shape: tuple[int, ...]) -> dict[str, Any]:
+    """What stands in a reply for an array in the segment (the client's ``_array`` reads it)."""
+    return {PLACEHOLDER_KEY: [offset, nbytes], "dtype": dtype.str, "shape": list(shape)}
 
 
 def _slot_layout(offer: dict[str, Any], size: int) -> tuple[int, int] | None:
@@ -276,13 +324,23 @@ class SharedFramesReader:
             self._free.append(slot)
 
     def _restore(self, value: Any, slot: int | None, lease: list[np.ndarray]) -> Any:
-        if isinstance(value, dict):
+        """``value`` with its placeholders replaced, in place: a reply is decoded afresh, so
+        its maps and lists are the client's own."""
+        if type(value) is dict:
             where = value.get(PLACEHOLDER_KEY)
             if where is not None:
                 return self._array(where, value, slot, lease)
-            return {k: self._restore(v, slot, lease) for k, v in value.items()}
-        if isinstance(value, list):
-            return [self._restore(v, slot, lease) for v in value]
+            for key, member in value.items():
+                if type(member) is dict or type(member) is list:
+                    restored = self._restore(member, slot, lease)
+                    if restored is not member:
+                        value[key] = restored
+        elif type(value) is list:
+            for index, member in enumerate(value):
+                if type(member) is dict or type(member) is list:
+                    restored = self._restore(member, slot, lease)
+                    if restored is not member:
+                        value[index] = restored
         return value
 
     def _array(self, where: Any, spec: dict[str, Any], slot: int | None, lease: list[np.ndarray]) -> np.ndarray:

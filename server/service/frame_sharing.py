@@ -9,7 +9,7 @@ from typing import Any
 
 from arbiter.protocol.errors import ArbiterError
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
-from arbiter.protocol.shared_frames import SHARED, SharedFramesWriter, large_array_bytes
+from arbiter.protocol.shared_frames import SHARED, SharedFramesWriter
 from arbiter.protocol.spaces import space_from_wire
 
 log = logging.getLogger(__name__)
@@ -45,16 +45,16 @@ class FrameSharing:
     def _offer(self, pong: dict[str, Any]) -> dict[str, Any]:
         body = extension(pong.get("payload"))
         try:
-            slot_bytes = large_array_bytes(space_from_wire(body["spaces"]["observation"]))
+            space = space_from_wire(body["spaces"]["observation"])
         except (KeyError, TypeError, ArbiterError):  # no env on the server (Flatland): nothing to share
-            return pong
-        if not slot_bytes:
             return pong
         self.close()  # a client's handshake: whoever had the last segment is gone
         try:
-            self.writer = SharedFramesWriter(slot_bytes)
+            self.writer = SharedFramesWriter.for_space(space)
         except OSError as exc:  # no sealed memory files here, or no memory: the arrays go through Redis
             log.info("observations go through Redis: no shared memory segment (%s)", exc)
+            return pong
+        if self.writer is None:  # no large arrays to share
             return pong
         return {**pong, "payload": {**pong["payload"], EXTENSION_KEY: {**body, "frames": self.writer.offer()}}}
 

@@ -10,10 +10,12 @@ import gc
 import random
 from typing import Any
 
+import gymnasium
 import numpy as np
 import pytest
 from harness import sealed_memory_files
 
+from arbiter.protocol import codec
 from arbiter.protocol.errors import ArbiterError
 from arbiter.protocol.shared_frames import (
     COPY_SLOT,
@@ -26,6 +28,13 @@ from arbiter.protocol.shared_frames import (
 )
 
 FRAME_BYTES = 96 * 128 * 3
+SPACE = gymnasium.spaces.Dict(
+    {
+        "frame": gymnasium.spaces.Box(0, 255, (96, 128, 3), np.uint8),
+        "depth": gymnasium.spaces.Box(0.0, 1e9, (64, 64), np.float32),
+        "health": gymnasium.spaces.Box(-(2**15), 2**15 - 1, (1,), np.int16),
+    }
+)
 
 
 pytestmark = pytest.mark.skipif(not sealed_memory_files(), reason="no sealed memory files (memfd) here")
@@ -40,9 +49,14 @@ def observation(k: int) -> dict[str, Any]:
     }
 
 
-@pytest.fixture
-def segment():
-    writer = SharedFramesWriter(FRAME_BYTES + 64 * 64 * 4)
+@pytest.fixture(params=["searched", "declared"])
+def segment(request):
+    """A writer that searches each observation for large arrays, or one that knows from the
+    observation space where they are."""
+    if request.param == "declared":
+        writer = SharedFramesWriter.for_space(SPACE)
+    else:
+        writer = SharedFramesWriter(FRAME_BYTES + 64 * 64 * 4)
     reader = SharedFramesReader(writer.offer())
     yield writer, reader
     reader.close()
@@ -54,7 +68,7 @@ def step(writer: SharedFramesWriter, reader: SharedFramesReader, k: int) -> dict
     slot = reader.ask()
     payload = {"observation": observation(k)}
     sent = writer.share(payload, slot) if slot is not None else payload
-    return reader.restore(sent["observation"])
+    return reader.restore(codec.decode(codec.encode(sent), codec.REPLY_LIMITS)["observation"])
 
 
 def test_the_segment_has_as_many_slots_as_fit():

@@ -23,6 +23,7 @@ pytest.importorskip("diambra.arena", reason="the DIAMBRA extra is not installed"
 
 from arbiter.client import remote_env  # noqa: E402
 from arbiter.client.remote_env import RemoteEnv  # noqa: E402
+from arbiter.protocol import codec  # noqa: E402
 from arbiter.protocol.errors import ArbiterError, TimeoutException  # noqa: E402
 from arbiter.protocol.shared_frames import (  # noqa: E402
     LARGE_ARRAY_BYTES,
@@ -56,6 +57,11 @@ def is_segment(path: str) -> bool:
         return False
 
 
+def on_the_wire(reply: dict[str, Any]) -> dict[str, Any]:
+    """``reply`` as the client reads it: encoded by the evaluator, decoded by the client."""
+    return codec.decode(codec.encode(reply), codec.REPLY_LIMITS)
+
+
 def assert_same(restored: Any, original: Any) -> None:
     if isinstance(original, np.ndarray):
         assert isinstance(restored, np.ndarray) and restored.dtype == original.dtype
@@ -83,11 +89,11 @@ def test_large_arrays_go_through_the_segment_and_come_back_equal():
         assert isinstance(first["observation"]["P1"]["health"], np.ndarray)  # small: inline
         second = writer.share({"observation": observation(2)})  # the other slot
         assert second["observation"]["frame"][PLACEHOLDER_KEY] != first["observation"]["frame"][PLACEHOLDER_KEY]
-        assert_same(reader.restore(first["observation"]), observation(1))  # still intact
-        assert_same(reader.restore(second["observation"]), observation(2))
+        assert_same(reader.restore(on_the_wire(first)["observation"]), observation(1))  # still intact
+        assert_same(reader.restore(on_the_wire(second)["observation"]), observation(2))
         third = writer.share({"observation": observation(3)})  # first's slot again
         assert third["observation"]["frame"][PLACEHOLDER_KEY] == first["observation"]["frame"][PLACEHOLDER_KEY]
-        assert_same(reader.restore(third["observation"]), observation(3))
+        assert_same(reader.restore(on_the_wire(third)["observation"]), observation(3))
         small = {"observation": {"x": np.zeros(LARGE_ARRAY_BYTES // 8 - 1)}}
         assert writer.share(small) is small
     finally:
