@@ -170,7 +170,7 @@ def _plain_dtype(name: Any) -> np.dtype:
 
 
 def _numpy_from_map(obj: dict) -> Any:
-    # On every observation's small arrays: checks as cheap as a lookup where they can be.
+    # Runs for every small array of every observation: its checks are plain type tests and lookups.
     kind = obj.get(b"kind", b"")
     if kind != b"" and kind != "":
         raise DecodeError(
@@ -178,7 +178,7 @@ def _numpy_from_map(obj: dict) -> Any:
         )
     name = obj.get(b"type")
     try:
-        dtype = _PLAIN_DTYPES[name]  # type: ignore[index]  # the wire's, of any type
+        dtype = _PLAIN_DTYPES[name]  # type: ignore[index]  # a name from the wire, of any type
     except (KeyError, TypeError):  # not seen yet, or unhashable: checked there
         dtype = _plain_dtype(name)
     data = obj.get(b"data")

@@ -113,7 +113,8 @@ def test_the_envs_observation_is_left_as_it_was(nested):
     members = {key: observation[key] for key in observation}
     views = observation["views"]
     writer.share({"observation": observation}, 2)
-    assert {key: observation[key] for key in observation} == members  # the same objects, not replaced
+    assert observation.keys() == members.keys()
+    assert all(observation[key] is member for key, member in members.items())  # the same objects
     assert observation["views"] is views and isinstance(views, tuple)
     assert_same(observation, before)
 
