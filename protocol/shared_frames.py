@@ -330,17 +330,16 @@ class SharedFramesReader:
             where = value.get(PLACEHOLDER_KEY)
             if where is not None:
                 return self._array(where, value, slot, lease)
-            for key, member in value.items():
-                if type(member) is dict or type(member) is list:
-                    restored = self._restore(member, slot, lease)
-                    if restored is not member:
-                        value[key] = restored
+            members: Any = value.items()
         elif type(value) is list:
-            for index, member in enumerate(value):
-                if type(member) is dict or type(member) is list:
-                    restored = self._restore(member, slot, lease)
-                    if restored is not member:
-                        value[index] = restored
+            members = enumerate(value)
+        else:
+            return value
+        for key, member in members:  # replacing a member changes no size: the walk goes on
+            if type(member) is dict or type(member) is list:
+                restored = self._restore(member, slot, lease)
+                if restored is not member:
+                    value[key] = restored
         return value
 
     def _array(self, where: Any, spec: dict[str, Any], slot: int | None, lease: list[np.ndarray]) -> np.ndarray:
