@@ -9,6 +9,7 @@ import sys
 import uuid
 from collections.abc import Iterator
 
+import logging_lock
 import pytest
 import redis
 from report_pages import CHROMIUM_INSTALL
@@ -24,6 +25,20 @@ sys.setswitchinterval(0.001)
 # for them and once died there. Set before grpc is imported: the children stay single-threaded,
 # as a worker's are (an `arbiter worker` never loads grpc).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+# --- Logging's lock: never left held by a test ------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def logging_lock_left_free() -> Iterator[None]:
+    """A test that leaves logging's module lock held by the main thread fails here, by name, and
+    the lock is freed: otherwise every evaluator thread of the tests after it would hang on its
+    first log line (tests/support/logging_lock.py says how a lock gets left held)."""
+    yield
+    if logging_lock.held_by_this_thread():
+        released = logging_lock.release_held_by_this_thread()
+        pytest.fail(f"the test left logging's module lock held by the main thread ({released} times); freed")
+
 
 # --- Redis: one private redis-server for the whole session -----------------------------------
 

@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import logging_lock
 import numpy as np
 
 from arbiter.server.core.budgets import BudgetPolicy
@@ -120,11 +121,12 @@ def where_threads_are() -> str:
     """Every live thread of the test process and where it is, for a failure that found an
     evaluator thread still running: what it waits on, and what holds it up."""
     names = {thread.ident: thread.name for thread in threading.enumerate()}
-    stacks = [
-        f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frame))}"
-        for ident, frame in sys._current_frames().items()
-    ]
-    return "the test process's threads:\n" + "\n".join(stacks)
+    frames = sys._current_frames()
+    holder = logging_lock.owner()
+    # The logging lock's holder first: a long report is cut in the middle, where the rest goes.
+    order = sorted(frames, key=lambda ident: ident != holder)
+    stacks = [f"thread {names.get(ident, ident)}:\n{''.join(traceback.format_stack(frames[ident]))}" for ident in order]
+    return f"{logging_lock.describe_owner()}; the test process's threads:\n" + "\n".join(stacks)
 
 
 def read_episodes(results: str, missing_ok: bool = False) -> list[dict[str, Any]]:
