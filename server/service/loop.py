@@ -137,7 +137,7 @@ class EvaluatorService:
             self.request_stop(f"stopped by {signal.Signals(signum).name}")
             if also is not None:
                 also(signum)
-            self.transport.interrupt_wait()  # raises StopRequested inside a wait for Redis
+            self.transport.interrupt_wait(frame)  # raises StopRequested inside a wait for Redis
 
         for signum in STOP_SIGNALS:
             signal.signal(signum, handler)

@@ -14,9 +14,11 @@ the evaluation rather than being ridden out as an outage.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import redis
@@ -51,6 +53,17 @@ class StopRequested(BaseException):
     loop. A Redis connection it cut off is disconnected by redis-py and never used again."""
 
 
+_LOGGING_FOLDER = os.path.dirname(logging.__file__)
+
+
+def _inside_logging(frame: FrameType | None) -> bool:
+    while frame is not None:
+        if frame.f_code.co_filename.startswith(_LOGGING_FOLDER):
+            return True
+        frame = frame.f_back
+    return False
+
+
 class OutageRidingCalls:
     """Every Redis call of the evaluator goes through ``_call``, which rides out an outage (a
     Redis restart) with backoff for up to ``outage_limit_s``, and Redis's refusals of writes for
@@ -75,11 +88,18 @@ class OutageRidingCalls:
         """Give up waiting for Redis: a pop returns, an outage is no longer ridden out."""
         self.stop_requested = True
 
-    def interrupt_wait(self) -> None:
+    def interrupt_wait(self, frame: FrameType | None = None) -> None:
         """For a signal handler: if its thread is inside a Redis call or riding out an outage
         (a hung Redis answers nothing for ``socket_timeout``), end that wait now by raising
-        StopRequested there. At most once: the handler of a second signal raises nothing."""
+        StopRequested there. At most once: the handler of a second signal raises nothing.
+
+        ``frame``: where the signal found the thread. Inside logging (the outage's warnings) the
+        exception could land between a lock's acquire and the ``try`` that releases it, leaving
+        the lock held and every other thread's next log line waiting forever; there nothing is
+        raised, and the wait ends at its next look at ``stop_requested``."""
         if self._waiting_thread is not None and self._waiting_thread == threading.get_ident():
+            if frame is not None and _inside_logging(frame):
+                return
             self._waiting_thread = None
             raise StopRequested
 
@@ -98,6 +118,8 @@ class OutageRidingCalls:
                     # A hung Redis answers nothing until the socket times out: that wait was
                     # already part of the outage.
                     self._ride_out_outage(exc, down_before_s=max(0.0, time.monotonic() - sent - blocks_s))
+                    if self.stop_requested:  # a stop signal that came during "Redis is back" (interrupt_wait)
+                        raise StopRequested from exc
                 except redis.ResponseError as exc:
                     if not is_out_of_memory(exc):
                         raise

@@ -1,8 +1,9 @@
 """Stopping when told to (F12): SIGTERM/SIGINT end an evaluation at once whatever Redis is doing,
 and Ctrl-C in `arbiter run` stops the agent's processes and the embedded Redis with it.
 
-Every test here runs real processes (`arbiter serve`, `arbiter run`, redis-server, agents) and
-signals them for real; times are measured from the signal and kept as test properties.
+Every test here but the last runs real processes (`arbiter serve`, `arbiter run`, redis-server,
+agents) and signals them for real; times are measured from the signal and kept as test
+properties. The last signals the test process itself, to find the evaluator inside logging.
 
 The F-numbers are the rows of the fault table, docs/design/reliability.md.
 """
@@ -311,3 +312,75 @@ def test_ctrl_c_stops_an_agent_that_exits_on_it_without_waiting(service_id, tiny
     assert summary_if_ended(run.results)["state"] == "INTERRUPTED"
     # No grace is waited out once the agent is gone; the child it left behind is killed with it.
     assert gone_s < AGENT_INTERRUPT_GRACE_S
+
+
+# --- a stop signal inside logging ----------------------------------------------------------------
+
+
+def test_a_stop_signal_that_finds_the_evaluator_inside_logging_raises_nothing_there(redis_url):
+    """The handler's stop is raised where the evaluator waits for Redis, never inside logging
+    (an outage's warnings): raised between a lock's acquire and its ``try``, it would leave the
+    lock held and every other thread's next log line waiting forever. The wait still ends: the
+    next look at the stop raises it."""
+    import logging
+
+    import redis
+
+    from arbiter.server.service.redis_calls import OutageRidingCalls, StopRequested
+
+    calls = OutageRidingCalls(redis.Redis.from_url(redis_url), redis_url)
+    emitted = []
+
+    def stop(signum, frame):  # what the evaluator's handler does (loop.install_signal_handlers)
+        calls.request_stop()
+        calls.interrupt_wait(frame)
+
+    class SignalWhileEmitting(logging.Handler):
+        def __init__(self, on: str):
+            super().__init__()
+            self.on = on
+
+        def emit(self, record):
+            if record.getMessage().startswith(self.on):
+                signal.raise_signal(signal.SIGUSR1)  # its handler runs here, inside logging
+            emitted.append(record.getMessage())
+
+    logger = logging.getLogger("test.stop-inside-logging")
+    handler = SignalWhileEmitting(on="Redis unreachable")
+    logger.addHandler(handler)
+    outage_logger = logging.getLogger("arbiter.server.service.redis_calls")
+    outage_handler = SignalWhileEmitting(on="Redis is back")
+    previous = signal.signal(signal.SIGUSR1, stop)
+    try:
+
+        def logs_then_waits():
+            logger.warning("Redis unreachable")  # as _ride_out_outage warns
+            assert calls.stop_requested
+            return calls.redis.ping()
+
+        assert calls._call(logs_then_waits) is True  # the signal came inside logging: nothing raised there
+        assert emitted == ["Redis unreachable"]
+        with pytest.raises(StopRequested):  # a wait the signal finds outside logging ends at once
+            calls._call(lambda: (signal.raise_signal(signal.SIGUSR1), time.sleep(5)))
+        with pytest.raises(StopRequested):  # and a pause between attempts sees the stop asked earlier
+            calls._pause(5)
+
+        # The signal comes as the evaluator says Redis is back: the call is not made again.
+        calls.stop_requested = False
+        outage_logger.addHandler(outage_handler)
+        attempts = []
+
+        def fails_once():
+            attempts.append(time.monotonic())
+            if len(attempts) == 1:
+                raise redis.ConnectionError("as when Redis restarts")
+            return "answered"
+
+        with pytest.raises(StopRequested):
+            calls._call(fails_once)
+        assert len(attempts) == 1 and calls.stop_requested and emitted[-1].startswith("Redis is back")
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+        logger.removeHandler(handler)
+        outage_logger.removeHandler(outage_handler)
+        calls.redis.close()
