@@ -14,7 +14,9 @@ the policy at the limit. That exception derives from ``BaseException``, so a pol
 ``except Exception`` does not swallow it. What a signal cannot interrupt: C code that does not
 return to the interpreter (a long numpy or torch call ends first, then the policy is stopped).
 An interval timer the agent had set itself is put back afterwards; if it fell due during the
-call it fires right after.
+call it fires right after. A policy stopped inside logging may have been stopped between a lock's
+acquire and the code that releases it: the logging locks it left held (the module's, a
+handler's) are released, or the agent's other threads would wait forever on their next log line.
 
 Elsewhere (another thread, or a platform without SIGALRM) no signal can reach the policy. It
 then runs in a worker thread that the caller stops waiting for at the limit: the fallback goes
@@ -25,6 +27,7 @@ overlap.
 
 from __future__ import annotations
 
+import logging
 import signal
 import threading
 import time
@@ -78,6 +81,29 @@ def _signals_usable() -> bool:
     return hasattr(signal, "SIGALRM") and threading.current_thread() is threading.main_thread()
 
 
+def _owned_here(lock: Any) -> bool:
+    """Whether this thread holds ``lock``; only a reentrant lock can tell (logging's are)."""
+    is_owned = getattr(lock, "_is_owned", None)
+    return bool(is_owned()) if is_owned is not None else False
+
+
+def _logging_locks_held() -> list[Any]:
+    """The logging locks (the module's, every live handler's) this thread holds now."""
+    locks = [getattr(logging, "_lock", None)]
+    for reference in list(getattr(logging, "_handlerList", ())):
+        handler = reference()
+        locks.append(getattr(handler, "lock", None))
+    return [lock for lock in locks if _owned_here(lock)]
+
+
+def _release_logging_locks(held_before: list[Any]) -> None:
+    """Release the logging locks this thread took since ``held_before`` and never released."""
+    for lock in _logging_locks_held():
+        if not any(lock is before for before in held_before):
+            while _owned_here(lock):
+                lock.release()
+
+
 class DeadlineGuard:
     def __init__(self) -> None:
         self._abandoned: threading.Thread | None = None  # a worker still running past its limit
@@ -96,10 +122,12 @@ class DeadlineGuard:
         outer_handler = signal.getsignal(signal.SIGALRM)
         outer_delay_s, outer_interval_s = signal.getitimer(signal.ITIMER_REAL)
         started = time.monotonic()
+        held_before = _logging_locks_held()
         bounded = timeout_decorator.timeout(limit_s, use_signals=True, timeout_exception=_OutOfTime)(policy)
         try:
             return True, bounded(*args)
         except _OutOfTime:
+            _release_logging_locks(held_before)
             return False, None
         finally:
             # timeout-decorator puts the handler back, except when the alarm beats the policy's

@@ -7,6 +7,8 @@ with ``RemoteClient.act_within_budget`` against a real evaluator.
 
 from __future__ import annotations
 
+import logging
+import threading
 import time
 
 import pytest
@@ -90,3 +92,48 @@ def test_budgets_that_are_not_numbers_are_no_budgets(budgets):
     clock = BudgetClock()
     clock.episode_started(budgets, time.monotonic())
     assert clock.time_left_s(use_time_bank=True) is None  # no planning budget: no deadline to tell
+
+
+class SlowToTakeItsLock(logging.Handler):
+    """A handler that takes its lock, then dawdles before the ``try`` that releases it: the
+    moment a stop can land in, made long enough for the alarm to find."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written: list[str] = []
+        self.dawdle = True
+
+    def acquire(self) -> None:
+        super().acquire()
+        if self.dawdle:
+            time.sleep(5)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.written.append(record.getMessage())
+
+
+def test_a_policy_stopped_inside_logging_leaves_no_logging_lock_held():
+    logger = logging.getLogger("test.policy-stopped-inside-logging")
+    handler = SlowToTakeItsLock()
+    logger.addHandler(handler)
+    try:
+        assert DeadlineGuard().call(0.05, logger.warning, ("thinking",)) == (False, None)
+        assert not handler.lock._is_owned()  # the lock the stopped policy took is free again
+        handler.dawdle = False
+        other = threading.Thread(target=logger.warning, args=("from another thread",))
+        other.start()
+        other.join(5)
+        assert not other.is_alive() and handler.written == ["from another thread"]
+    finally:
+        logger.removeHandler(handler)
+
+
+def test_a_logging_lock_held_before_the_call_is_left_held():
+    handler = SlowToTakeItsLock()
+    handler.lock.acquire()  # the caller's own, taken before the policy ran
+    try:
+        assert DeadlineGuard().call(0.05, time.sleep, (5,)) == (False, None)
+        assert handler.lock._is_owned()
+    finally:
+        handler.lock.release()
+        handler.close()
