@@ -11,9 +11,7 @@ through redis-server takes a fraction of what it takes with both sides sleeping
 
 The evaluator polls too, for the next request, in a shorter window of its own
 (``server/service/transport.py``): one that sleeps leaves its vCPU idle while a fast agent
-decides, and the agent's request then has to wake that vCPU before Redis can hand it over. A
-format whose agent side is more processes than the agent (MetaLC's runner and its fold's) keeps
-its evaluator sleeping: there a polling evaluator takes a CPU they need.
+decides, and the agent's request then has to wake that vCPU before Redis can hand it over.
 
 Between two looks at its socket the poller gives its CPU away (``sched_yield``): the way back
 often needs that very CPU. Writing to a socket or a pipe wakes the reader on the writer's CPU,

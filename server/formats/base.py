@@ -139,10 +139,6 @@ class Plan(ABC):
     packages: tuple[str, ...] = ()  # distributions whose versions the summary records
     columns: tuple[Column, ...] = ()  # the record fields results.csv, the progress line and the table show
     source: str | None = None  # what is evaluated on (a test folder, an env id), for the summary
-    # The evaluator polls its socket for the agent's next request before sleeping on it
-    # (server/service/transport.py); False for a format whose agent side is more processes than
-    # the CPUs can spare one to a polling evaluator.
-    polls_for_requests: bool = True
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         self.spec = spec

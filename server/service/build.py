@@ -38,8 +38,7 @@ def build_service(
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
-    ``poll_window_us``: how long it polls for the agent's next request before sleeping (0: never;
-    never either for a format whose plan says not to, ``Plan.polls_for_requests``).
+    ``poll_window_us``: how long it polls for the agent's next request before sleeping (0: never).
 
     Around the evaluation: the format's recorder (``spec.record_episodes``) wraps the plan, and the
     event log hears of every finished episode and of the end; both see an episode after it is
@@ -83,8 +82,7 @@ def build_service(
         )
         if continues:
             restore(evaluation, records)
-        poll_us = poll_window_us if plan.polls_for_requests else 0.0
-        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_us)
+        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
         if not resume:
             transport.clear()  # the events stream too: a watcher sees this evaluation only
     except BaseException:

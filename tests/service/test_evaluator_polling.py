@@ -1,7 +1,7 @@
 """The evaluator polls its socket for the agent's next request before sleeping on it: by default
 where it has two CPUs, in a window of its own (``arbiter run`` and ``serve`` read
-``ARBITER_EVALUATOR_SPIN_US``; 0 turns it off), never for a format that says not to (MetaLC's),
-and a stop still ends a polling wait at once. Against the session's redis-server."""
+``ARBITER_EVALUATOR_SPIN_US``; 0 turns it off), whatever the format, and a stop still ends a
+polling wait at once. Against the session's redis-server."""
 
 from __future__ import annotations
 
@@ -152,9 +152,11 @@ def test_a_polling_evaluator_plays_the_episodes_a_sleeping_one_plays(redis_url, 
         assert total_asleep == total_polled and np.array_equal(np.stack(seen_asleep), np.stack(seen_polled))
 
 
-def test_a_format_whose_agent_side_needs_the_cpus_is_served_by_an_evaluator_that_sleeps(
+def test_every_format_is_served_by_an_evaluator_that_polls_unless_its_window_is_zero(
     two_cpus, redis_url, service_id, tmp_path
 ):
+    """MetaLC's included: its runner sleeps while its fold's process plays, so the evaluator's
+    polling takes no CPU they need (the performance page has the pairs that decided it)."""
     meta = tmp_path / "meta"
     write_meta_dataset(str(meta), GeneratorSettings(datasets=6, algorithms=2, seed=1))
     metalc_spec = load_competition("metalc-wcci2022", [])
@@ -165,9 +167,9 @@ def test_a_format_whose_agent_side_needs_the_cpus_is_served_by_an_evaluator_that
     off = build_service(counting_competition(), tests=None, results_dir=str(tmp_path / "off"), redis_url=redis_url,
                         service_id=service_id + "-off", poll_window_us=0)  # fmt: skip
     try:
-        assert metalc.transport.spin is None
-        assert gym.transport.spin is not None
-        assert gym.transport.spin.window_s == pytest.approx(EVALUATOR_WINDOW_US / 1e6)
+        for polling in (metalc, gym):
+            assert polling.transport.spin is not None
+            assert polling.transport.spin.window_s == pytest.approx(EVALUATOR_WINDOW_US / 1e6)
         assert off.transport.spin is None
     finally:
         for service in (metalc, gym, off):

@@ -130,9 +130,6 @@ def _short(value: Any) -> str:
 
 class MetaLCPlan(Plan):
     columns = COLUMNS
-    # The fold's process polls for the evaluator's reply; with the evaluator polling too, Redis and
-    # the evaluator's own notices wait for a CPU, and a suggest is no faster (the performance page).
-    polls_for_requests = False
     options: MetaLCOptions
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
