@@ -53,10 +53,11 @@ class StopRequested(BaseException):
     loop. A Redis connection it cut off is disconnected by redis-py and never used again."""
 
 
-_LOGGING_FOLDER = os.path.dirname(logging.__file__)
+_LOGGING_FOLDER = os.path.dirname(logging.__file__) + os.sep  # the logging package's own files
 
 
 def _inside_logging(frame: FrameType | None) -> bool:
+    """Whether ``frame`` or a frame that called it runs code of the logging package."""
     while frame is not None:
         if frame.f_code.co_filename.startswith(_LOGGING_FOLDER):
             return True
