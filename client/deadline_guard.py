@@ -31,7 +31,7 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import timeout_decorator
@@ -87,7 +87,7 @@ def _owned_here(lock: Any) -> bool:
     return bool(is_owned()) if is_owned is not None else False
 
 
-def _logging_locks_held() -> list[Any]:
+def logging_locks_held() -> list[Any]:
     """The logging locks (the module's, every live handler's) this thread holds now."""
     locks = [getattr(logging, "_lock", None)]
     for reference in list(getattr(logging, "_handlerList", ())):
@@ -96,12 +96,16 @@ def _logging_locks_held() -> list[Any]:
     return [lock for lock in locks if _owned_here(lock)]
 
 
-def _release_logging_locks(held_before: list[Any]) -> None:
-    """Release the logging locks this thread took since ``held_before`` and never released."""
-    for lock in _logging_locks_held():
+def release_logging_locks(held_before: Sequence[Any] = ()) -> int:
+    """Release the logging locks this thread took since ``held_before`` and never released, as
+    often as it took each; returns how many releases that took."""
+    releases = 0
+    for lock in logging_locks_held():
         if not any(lock is before for before in held_before):
             while _owned_here(lock):
                 lock.release()
+                releases += 1
+    return releases
 
 
 class DeadlineGuard:
@@ -122,12 +126,12 @@ class DeadlineGuard:
         outer_handler = signal.getsignal(signal.SIGALRM)
         outer_delay_s, outer_interval_s = signal.getitimer(signal.ITIMER_REAL)
         started = time.monotonic()
-        held_before = _logging_locks_held()
+        held_before = logging_locks_held()
         bounded = timeout_decorator.timeout(limit_s, use_signals=True, timeout_exception=_OutOfTime)(policy)
         try:
             return True, bounded(*args)
         except _OutOfTime:
-            _release_logging_locks(held_before)
+            release_logging_locks(held_before)
             return False, None
         finally:
             # timeout-decorator puts the handler back, except when the alarm beats the policy's

@@ -9,11 +9,11 @@ import sys
 import uuid
 from collections.abc import Iterator
 
-import logging_lock
 import pytest
 import redis
 from report_pages import CHROMIUM_INSTALL
 
+from arbiter.client.deadline_guard import release_logging_locks
 from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 
 # Evaluators run as threads of the test process here, next to their agents: the same short GIL
@@ -31,13 +31,13 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 @pytest.fixture(autouse=True)
 def logging_lock_left_free() -> Iterator[None]:
-    """A test that leaves logging's module lock held by the main thread fails here, by name, and
-    the lock is freed: otherwise every evaluator thread of the tests after it would hang on its
+    """A test that leaves logging's locks held by the main thread (the module's, a handler's)
+    fails here, by name, and they are freed: otherwise every evaluator thread of the tests after it would hang on its
     first log line (tests/support/logging_lock.py says how a lock gets left held)."""
     yield
-    if logging_lock.held_by_this_thread():
-        released = logging_lock.release_held_by_this_thread()
-        pytest.fail(f"the test left logging's module lock held by the main thread ({released} times); freed")
+    released = release_logging_locks()
+    if released:
+        pytest.fail(f"the test left logging's locks held by the main thread ({released} times); freed")
 
 
 # --- Redis: one private redis-server for the whole session -----------------------------------

@@ -4,8 +4,9 @@ Every logger takes that lock the first time it checks a level after the levels c
 changes them around each test). A thread that never releases it (the main thread interrupted
 inside logging by an exception a signal handler raised, say) leaves every evaluator thread of
 the later tests waiting on its first log line: a cascade of failures that names none of its
-cause. The suite's fixture (conftest.py) catches the test that left the lock held, and a report
-of a stuck evaluator (harness.where_threads_are) names the lock's owner first.
+cause. The suite's fixture (conftest.py) catches the test that left the lock held, with the
+client's own ``release_logging_locks`` (client/deadline_guard.py), and a report of a stuck
+evaluator (harness.where_threads_are) names the lock's owner first.
 """
 
 from __future__ import annotations
@@ -22,19 +23,6 @@ def owner() -> int | None:
     the lock's repr, the only place an RLock tells its owner to another thread."""
     match = _OWNER.search(repr(logging._lock))  # type: ignore[attr-defined]
     return int(match.group(1)) if match and match.group(1) != "0" else None
-
-
-def held_by_this_thread() -> bool:
-    return bool(logging._lock._is_owned())  # type: ignore[attr-defined]
-
-
-def release_held_by_this_thread() -> int:
-    """Release the lock as many times as this thread holds it; returns how many."""
-    count = 0
-    while held_by_this_thread():
-        logging._lock.release()  # type: ignore[attr-defined]
-        count += 1
-    return count
 
 
 def describe_owner() -> str:
