@@ -61,11 +61,15 @@ class Target:
         return {self.ratio: self.bound, "at_least": self.at_least, "every_round": self.every_round,
                 "median": ratio["median"], "judged": judged, "met": self.met(judged)}  # fmt: skip
 
+    def label(self, where: str = "") -> str:
+        """``<path> ≥|≤ <bound>× <peer> <measure>[ in every round]<where>``: the target in words."""
+        every = " in every round" if self.every_round else ""
+        return f"{self.path} {'≥' if self.at_least else '≤'} {self.bound:g}× {self.peer} {self.measure}{every}{where}"
+
     def line(self, ratio: dict[str, Any], where: str = "") -> str:
         """``target <label><where>: met|NOT met (median …[; least favourable round …]; per round …)``."""
         rounds = ", ".join(f"{v:.3f}" for v in ratio["per_round"])
-        every = " in every round" if self.every_round else ""
-        label = f"{self.path} {'≥' if self.at_least else '≤'} {self.bound:g}× {self.peer} {self.measure}{every}{where}"
+        label = self.label(where)
         judged = self.judged(ratio)
         verdict = "met" if self.met(judged) else "NOT met"
         worst = f"; least favourable round {judged:.3f}" if self.every_round else ""
@@ -95,9 +99,13 @@ class Threshold:
         return {self.name: self.bound, "at_least": self.at_least, "judged": self.judged(values),
                 "values": list(values), "met": self.met(values)}  # fmt: skip
 
+    def label(self) -> str:
+        """``<what> ≥|≤ <bound> <unit>``: the target in words."""
+        return f"{self.what} {'≥' if self.at_least else '≤'} {self.bound:,g} {self.unit}"
+
     def line(self, values: Sequence[float], labels: Sequence[str]) -> str:
         """``target <what> ≥|≤ <bound> <unit>: met|NOT met (least favourable …; <label> …, …)``."""
         each = ", ".join(f"{label} {value:,.0f}" for label, value in zip(labels, values, strict=True))
         verdict = "met" if self.met(values) else "NOT met"
-        label = f"{self.what} {'≥' if self.at_least else '≤'} {self.bound:,g} {self.unit}"
+        label = self.label()
         return f"target {label}: {verdict} (least favourable {self.judged(values):,.0f}; {each})"

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import paths
 import pytest
+from benchmarks import run_benchmark
 
 REPO = paths.REPO
 BENCH = REPO / "scripts" / "bench.py"
@@ -32,15 +33,9 @@ def target_line(stdout: str, label: str) -> list[str]:
 @pytest.mark.timeout(300)
 def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "bench.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCH), "--quick", "--json", str(out), "--cache-dir", str(tmp_path / "cache")],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=240,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    completed = run_benchmark(
+        BENCH.name, "--quick", "--json", str(out), "--cache-dir", str(tmp_path / "cache"), cwd=tmp_path, timeout_s=240
     )
-    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
     report = json.loads(out.read_text(encoding="utf-8"))
 
     assert set(report["paths"]) == {"direct", "lean", "arbiter", "flatland"}
@@ -108,15 +103,7 @@ def test_quick_benchmark_runs_and_reports(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "bench-remote-env.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCH_REMOTE_ENV), "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    completed = run_benchmark(BENCH_REMOTE_ENV.name, "--quick", "--json", str(out), cwd=tmp_path, timeout_s=150)
     report = json.loads(out.read_text(encoding="utf-8"))
 
     assert report["config"]["steps"] == 1000 and report["config"]["rounds"] == 1
@@ -159,15 +146,7 @@ def test_quick_remote_env_benchmark_runs_and_reports(tmp_path: Path) -> None:
 @pytest.mark.timeout(180)
 def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
     out = tmp_path / "bench-metalc.json"
-    completed = subprocess.run(
-        [sys.executable, str(BENCH_METALC), "--quick", "--json", str(out)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=150,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    assert completed.returncode == 0, f"stdout:\n{completed.stdout[-4000:]}\nstderr:\n{completed.stderr[-4000:]}"
+    completed = run_benchmark(BENCH_METALC.name, "--quick", "--json", str(out), cwd=tmp_path, timeout_s=150)
     report = json.loads(out.read_text(encoding="utf-8"))
 
     assert report["config"]["rounds"] == 1 and report["config"]["warmup_rounds"] == 0

@@ -1,0 +1,77 @@
+"""scripts/bench_targets.py runs the benchmarks of arbiter's evaluation paths one after the other and
+prints every target they judged in one table: each verdict is the benchmark's own, its floor the
+one that benchmark measured, and the table says so line by line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import paths
+import pytest
+from benchmarks import run_benchmark
+
+BENCH_TARGETS = paths.REPO / "scripts" / "bench_targets.py"
+EVERY_BENCHMARK = {"flatland", "remote-env", "diambra", "metalc"}
+
+
+def own_targets(name: str, report: dict) -> list[dict]:
+    """The target dicts a benchmark's own report holds, in the order it judged them."""
+    if name == "flatland":
+        return report["targets"]
+    if name == "remote-env":
+        return [report["target"]]
+    if name == "diambra":
+        return [shape["target"] for shape in report["shapes"].values()]
+    return [report["target"], *report["thresholds"]]
+
+
+@pytest.mark.timeout(300)
+def test_every_target_of_every_benchmark_is_judged_in_one_run(tmp_path: Path) -> None:
+    out = tmp_path / "targets.json"
+    completed = run_benchmark(BENCH_TARGETS.name, "--quick", "--json", str(out), cwd=tmp_path, timeout_s=270)
+    combined = json.loads(out.read_text(encoding="utf-8"))
+    assert set(combined["benchmarks"]) == EVERY_BENCHMARK
+    verdicts = combined["verdicts"]
+
+    for name, outcome in combined["benchmarks"].items():
+        assert outcome["status"] == 0, name
+        assert "--quick" in outcome["argv"] or outcome["argv"][-6:-2] == ["--steps", "200", "--warmup", "20"], name
+        report = outcome["report"]
+        mine = [v for v in verdicts if v["benchmark"] == name]
+        targets = own_targets(name, report)
+        assert len(mine) == len(targets) >= 1, name
+        for verdict, target in zip(mine, targets, strict=True):
+            bound = next(iter(target.values()))  # each target's dict starts with its name and bound
+            assert verdict["judged"] == target["judged"], (name, verdict["target"])
+            assert verdict["met"] is target["met"]
+            # the benchmark's verdict, recomputed from its figure and bound
+            assert target["met"] is (target["judged"] >= bound if target["at_least"] else target["judged"] <= bound)
+
+    floors = {v["benchmark"]: v for v in verdicts if v["floor"] is not None}
+    assert set(floors) == {"flatland", "remote-env"}  # the two benchmarks that measure a floor
+    flatland = combined["benchmarks"]["flatland"]["report"]
+    assert floors["flatland"]["floor"] == flatland["floor"]["factor_median"]
+    assert floors["flatland"]["floor_met"] is (flatland["floor"]["factor_median"] <= 1.10)
+    remote = combined["benchmarks"]["remote-env"]["report"]
+    assert floors["remote-env"]["floor"] == remote["ratios"]["floor_over_async1"]["median"]
+    assert floors["remote-env"]["floor_met"] is (floors["remote-env"]["floor"] >= 1.5)
+
+    lines = completed.stdout.splitlines()
+    for verdict in verdicts:
+        (line,) = [line for line in lines if line.startswith(f"{verdict['benchmark']:<11} {verdict['target']} ")]
+        said = line.rsplit("  ", 1)[1]
+        assert said.startswith("met" if verdict["met"] else "NOT met"), line
+        assert ("its floor misses it too" in said) is (verdict["floor_met"] is False), line
+    assert f"targets met: {sum(v['met'] for v in verdicts)} of {len(verdicts)}" in completed.stdout
+
+
+def test_it_refuses_an_unknown_benchmark_before_running_any(tmp_path: Path) -> None:
+    refused = subprocess.run([sys.executable, str(BENCH_TARGETS), "--only", "metalc,flatlnd"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert refused.returncode == 2
+    assert "--only takes names among flatland, remote-env, diambra, metalc; got 'metalc,flatlnd'" in refused.stderr
+    assert "bench_targets: " not in refused.stdout  # no benchmark started
+    assert list(tmp_path.iterdir()) == []
