@@ -63,7 +63,7 @@ class Verdict:
     judged_on: str  # "median of rounds" or "least favourable round"
     unit: str  # "×" for a ratio to the peer, else the figure's unit
     met: bool
-    floor: float | None = None  # what the path costs with nothing of the evaluator, where measured
+    floor: float | None = None  # the floor's own figure against the same peer, where the benchmark measures one
     floor_met: bool | None = None  # whether that floor itself meets the target
 
 
@@ -171,7 +171,9 @@ def run_one(benchmark: Benchmark, rounds: int, quick: bool, folder: Path) -> dic
     return outcome
 
 
-def print_verdicts(verdicts: list[Verdict], outcomes: dict[str, dict[str, Any]], machine: dict[str, Any]) -> None:
+def print_verdicts(
+    verdicts: list[Verdict], outcomes: dict[str, dict[str, Any]], machine: dict[str, Any], json_path: str | None
+) -> None:
     print()
     print(f"Speed targets — {machine_line(machine)}")
     width = max([len(v.target) for v in verdicts] + [len("target")])
@@ -195,6 +197,8 @@ def print_verdicts(verdicts: list[Verdict], outcomes: dict[str, dict[str, Any]],
         print(f"{name}: {state}{written}, {outcome['seconds']:.0f} s")
     met = sum(v.met for v in verdicts)
     print(f"targets met: {met} of {len(verdicts)}")
+    kept = f"in {json_path}, with the verdicts" if json_path else "not kept (--json PATH keeps them)"
+    print(f"raw results of every benchmark: {kept}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -218,11 +222,12 @@ def main(argv: list[str] | None = None) -> int:
             outcome = outcomes[benchmark.name] = run_one(benchmark, args.rounds, args.quick, Path(folder))
             if "report" in outcome:
                 verdicts += benchmark.verdicts(outcome["report"])
-    print_verdicts(verdicts, outcomes, machine)
+    print_verdicts(verdicts, outcomes, machine, args.json)
     write_json(args.json, {"machine": machine, "rounds": args.rounds, "quick": args.quick,
                            "verdicts": [asdict(v) for v in verdicts], "benchmarks": outcomes})  # fmt: skip
-    failed = [outcome["status"] or 2 for outcome in outcomes.values() if outcome["status"] or "report" not in outcome]
-    return failed[0] if failed else 0
+    # a benchmark that wrote no report failed, whatever it returned
+    statuses = [outcome["status"] or ("report" not in outcome) * 2 for outcome in outcomes.values()]
+    return next((status for status in statuses if status), 0)
 
 
 if __name__ == "__main__":

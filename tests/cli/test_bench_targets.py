@@ -5,6 +5,7 @@ one that benchmark measured, and the table says so line by line."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -75,3 +76,14 @@ def test_it_refuses_an_unknown_benchmark_before_running_any(tmp_path: Path) -> N
     assert "--only takes names among flatland, remote-env, diambra, metalc; got 'metalc,flatlnd'" in refused.stderr
     assert "bench_targets: " not in refused.stdout  # no benchmark started
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_benchmark_that_fails_fails_the_run_and_the_table_says_so(tmp_path: Path) -> None:
+    # RemoteEnv refuses a polling window that is not a number: the benchmark's agent cannot start
+    failing = subprocess.run([sys.executable, str(BENCH_TARGETS), "--quick", "--only", "remote-env"], cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "ARBITER_SPIN_US": "soon"})  # fmt: skip
+    assert failing.returncode == 2, failing.stdout[-3000:]
+    assert "ARBITER_SPIN_US must be a number of microseconds" in failing.stdout + failing.stderr
+    assert "remote-env: exit status 2, no report written" in failing.stdout
+    assert "targets met: 0 of 0" in failing.stdout
