@@ -114,14 +114,16 @@ def metalc_verdicts(report: dict[str, Any]) -> list[Verdict]:
 
 @dataclass(frozen=True)
 class Benchmark:
-    name: str
-    script: str
+    """One benchmark this script runs, and how the targets in its report become verdicts."""
+
+    name: str  # what --only calls it
+    script: str  # in scripts/
     options: list[str]  # besides --rounds and --json
-    quick: list[str]  # instead of --rounds and the options, with --quick
+    smoke: list[str]  # its smoke run's options (with --quick), in place of --rounds and ``options``
     verdicts: Callable[[dict[str, Any]], list[Verdict]]
 
     def argv(self, rounds: int, quick: bool, json_path: Path) -> list[str]:
-        chosen = self.quick if quick else ["--rounds", str(rounds), *self.options]
+        chosen = self.smoke if quick else ["--rounds", str(rounds), *self.options]
         return [sys.executable, str(SCRIPTS / self.script), *chosen, "--json", str(json_path)]
 
 
