@@ -32,8 +32,9 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 @pytest.fixture(autouse=True)
 def logging_lock_left_free() -> Iterator[None]:
     """A test that leaves logging's locks held by the main thread (the module's, a handler's)
-    fails here, by name, and they are freed: otherwise every evaluator thread of the tests after it would hang on its
-    first log line (tests/support/logging_lock.py says how a lock gets left held)."""
+    fails here, by name, and they are freed: otherwise every evaluator thread of the tests after
+    it would hang on its first log line (tests/support/logging_lock.py says how a lock gets left
+    held)."""
     yield
     released = release_logging_locks()
     if released:
