@@ -86,10 +86,11 @@ class Packets:
         """Replies of sent commands that no ``run`` has read yet."""
         return self._unread
 
-    def send(self, commands: Sequence[Command]) -> None:
+    def send(self, commands: Sequence[Command], unanswered: int = 0) -> None:
         """Write ``commands`` now and read their replies with the next ``run``'s: what must reach
-        Redis at once (a reply an agent waits for) without waiting for Redis's answer."""
-        self._exchange(commands, read=False)
+        Redis at once (a reply an agent waits for) without waiting for Redis's answer.
+        ``unanswered``: how many of ``commands`` Redis sends no reply for (as in ``run``)."""
+        self._exchange(commands, read=False, unanswered=unanswered)
 
     def run(self, commands: Sequence[Command], errors_in_place: bool = False, unanswered: int = 0) -> list[Any]:
         """Write ``commands`` and return their replies (read after those of earlier sends). An
@@ -109,7 +110,7 @@ class Packets:
                 for piece in packed(commands):
                     sock.sendall(piece)
             if not read:
-                self._unread += len(commands)
+                self._unread += len(commands) - unanswered
                 return []
             parser = connection._parser
             replies = [self._reply(sock, parser) for _ in range(self._unread + len(commands) - unanswered)]

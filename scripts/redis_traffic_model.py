@@ -36,7 +36,8 @@ import hiredis
 from arbiter.protocol import codec, keys
 from arbiter.protocol.messages import EXTENSION_KEY, request
 from arbiter.protocol.redis_conn import BOUNDED_TAKE_SHA, bounded_take
-from arbiter.server.service.transport import MAX_BLOCK_S, POP_BATCH, REPLY_TTL_S, REQUEST_LIMIT, TAKE_BYTES
+from arbiter.server.service.replies import REPLY_TTL_S
+from arbiter.server.service.transport import MAX_BLOCK_S, POP_BATCH, REQUEST_LIMIT, TAKE_BYTES
 
 AGENT_REPLY_TIMEOUT_S = 30
 # What the evaluator takes to handle a request before answering (decoding it, stepping the env,

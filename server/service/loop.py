@@ -257,7 +257,23 @@ class EvaluatorService:
             self.gate.remember(admission, response)
             self.client_wire = request.wire
         if response is not None and request.reply_to is not None:
-            self.transport.reply(request.reply_to, codec.encode(response, wire=request.wire))
+            encoded = codec.encode(response, wire=request.wire)
+            self.transport.reply(request.reply_to, encoded, next_deadline=self._next_wait_deadline())
+
+    def _next_wait_deadline(self) -> float | None:
+        """When the wait that follows this turn must end, if only the turn's notices come before
+        it: the reply then takes that wait along (``RedisTransport.reply``). None when something
+        else comes next: the end of the evaluation, the next item to open ahead, the agent gone."""
+        evaluation = self.evaluation
+        if (
+            evaluation.finished
+            or evaluation.store.unwritable is not None
+            or self._agent_gone.is_set()
+            or self.transport.stop_requested
+            or evaluation.preparation_pending()
+        ):
+            return None
+        return evaluation.endings.deadline().at
 
     def _decode(self, raw: bytes) -> Request | None:
         """The request in ``raw``, or None when it is not one (counted, logged, never answered:

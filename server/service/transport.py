@@ -19,6 +19,13 @@ before sleeping on it (``protocol/spin_wait.py``: a window of ``spin_us``, adapt
 fewer than two CPUs): sleeping would leave its vCPU idle, and the agent's request would first
 have to wake that vCPU for Redis to hand it over.
 
+A reply and the wait for the next request go out in one packet when the service knows, as it
+replies, when that wait must end (``reply(..., next_deadline=...)``): Redis is then woken once a
+turn instead of twice, and the evaluator finishes its turn (notices, the next deadline) while
+Redis already holds its wait. Nothing else is written on the connection until that wait's answers
+are read (``_run_after_replies`` reads them first, whoever calls it), since Redis runs nothing of
+a client's behind a blocked command.
+
 Every call rides out Redis's outages and its refusals of writes for want of memory
 (redis_calls.py); a stop requested by another thread ends the pop the evaluator waits in at once
 (``request_stop``).
@@ -46,6 +53,7 @@ from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailabl
     RedisUnavailable,
     StopRequested,
 )
+from arbiter.server.service.replies import Replies
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +79,16 @@ TAKE_BYTES = REQUEST_LIMIT + 1
 # A blocking wait that returns this much before its timeout with nothing to take was cut short.
 EARLY_WAKE_S = 0.005
 OOM_PROBE_SUFFIX = ":write-probe"  # a key nobody creates: LPUSHX onto it changes nothing
-REPLY_TTL_S = 600
 # An agent whose next request comes within this of its reply gets its replies written at once.
 EAGER_REPLIES_WITHIN_S = 0.002
 # How long the evaluator polls for the next request before sleeping on it (protocol/spin_wait.py):
 # long enough for a fast agent's turn between a reply and its next request, short enough that
 # an agent slower than that soon turns polling off (the window adapts).
 EVALUATOR_WINDOW_US = 300.0
+# The wait's commands that Redis answers (CLIENT REPLY ON, then the bounded take); the first two,
+# replies off and the blocking BLMOVE, get none.
+WAIT_UNANSWERED = 2
+WAIT_ANSWERED = 2
 
 
 class RedisTransport(OutageRidingCalls):
@@ -102,15 +113,8 @@ class RedisTransport(OutageRidingCalls):
         self.service_id = service_id
         self.commands_key = keys.commands_key(service_id)
         self.errors_key = keys.errors_key(service_id)
-        self.refused_replies = 0  # replies Redis refused because the agent made their list a non-list
         self._batch: collections.deque[bytes] = collections.deque()  # taken from Redis, not handed out yet
-        # Replies go out in the evaluator's next packet (``reply``) and are confirmed by Redis's
-        # acknowledgements, which are read with that packet's replies: answering a request costs
-        # no round trip of its own. Until confirmed, a reply is kept: a packet that fails sends
-        # every unconfirmed reply again (a reply list may then hold a duplicate, which its client
-        # never reads and which expires).
-        self._replies: list[tuple[str, bytes]] = []  # not written yet, or written on a lost connection
-        self._unconfirmed: list[tuple[str, bytes]] = []  # written, acknowledgement not read yet
+        self.replies = Replies()  # given, and not yet acknowledged by Redis
         # A reply goes out at once while the agent answers within ``eager_within_s``: a fast agent
         # then gets it while the evaluator finishes its turn. A slower agent's reply rides the
         # evaluator's next packet: the microseconds it waits are nothing next to its think time,
@@ -124,6 +128,13 @@ class RedisTransport(OutageRidingCalls):
         self._script_cached = False
         self._wait_shape: tuple[float, bool] | None = None  # what the packed wait was made for
         self._wait_packed: list[bytes] = []
+        # The wait written with the last reply, its answers not read yet: its timeout and when it went.
+        self._wait_sent: tuple[float, float] | None = None
+
+    @property
+    def refused_replies(self) -> int:
+        """Replies Redis refused because the agent made their list a non-list."""
+        return self.replies.refused
 
     def request_stop(self) -> None:
         """Give up waiting for Redis. Asked by another thread than the evaluator's while the
@@ -165,15 +176,22 @@ class RedisTransport(OutageRidingCalls):
         while not (self.stop_requested or should_stop()):
             remaining = deadline - time.monotonic()
             block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
-            idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
-            may_block = block_s >= MIN_BLOCK_S and not idle
-            if may_block:
-                taken = self._call(functools.partial(self._wait_and_take, block_s), blocks_s=block_s)
+            if self._wait_sent is not None:
+                # The wait went out with the last reply (``reply``): its answers come first, and
+                # what it took joins the batch.
+                sent_block_s, sent_at = self._wait_sent
+                may_block = True
+                self._call(self._read_sent_wait, blocks_s=max(0.0, sent_at + sent_block_s - time.monotonic()))
             else:
-                taken = self._call(self._take_nowait)
-            if taken:
-                self._eager = time.monotonic() - self._replied_at < self.eager_within_s
+                idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
+                may_block = block_s >= MIN_BLOCK_S and not idle
+                if may_block:
+                    taken = self._call(functools.partial(self._wait_and_take, block_s), blocks_s=block_s)
+                else:
+                    taken = self._call(self._take_nowait)
                 self._batch.extend(taken)
+            if self._batch:
+                self._eager = time.monotonic() - self._replied_at < self.eager_within_s
                 return self._batch.popleft()
             if self.outages != outages:
                 return None
@@ -201,8 +219,22 @@ class RedisTransport(OutageRidingCalls):
         if self.stop_requested:
             return []
         waited_from = time.monotonic()
-        wait = self._wait_commands(round(block_s, 3))
-        ok, taken = self._run_after_replies(wait, unanswered=2, own_errors_in_place=True)
+        block_s = round(block_s, 3)
+        ok, taken = self._run_after_replies(
+            self._wait_commands(block_s), unanswered=WAIT_UNANSWERED, own_errors_in_place=True
+        )
+        return self._commands_waited_for(ok, taken, block_s, waited_from)
+
+    def _read_sent_wait(self) -> None:
+        """Read the wait written with the last reply once it returns; what it took joins the batch
+        (``_run_after_replies``, which reads it first whoever calls it)."""
+        self.packets.connect()  # the socket a stop from another thread shuts down (as _wait_and_take)
+        if not self.stop_requested:
+            self._run_after_replies([])
+
+    def _commands_waited_for(self, ok: Any, taken: Any, block_s: float, waited_from: float) -> list[bytes]:
+        """What a wait (``_wait_commands``) took, from its answers: that of CLIENT REPLY ON, then
+        that of the bounded take."""
         if ok != b"OK":
             # Redis refused to switch replies off (a user without CLIENT): it answered every
             # command, the wait with the request it saw, and the answers are out of step.
@@ -263,115 +295,117 @@ class RedisTransport(OutageRidingCalls):
         self, commands: list[Command], unanswered: int = 0, own_errors_in_place: bool = False
     ) -> list[Any]:
         """``commands`` in one packet behind the replies not written yet, reading the
-        acknowledgements of those written before; their replies (``unanswered``: how many of
-        ``commands`` get none). Every reply is confirmed when this returns; when it fails, every
+        acknowledgements of those written before, and first of all the answers of a wait written
+        with the last reply (what it took joins the batch); their replies (``unanswered``: how many
+        of ``commands`` get none). Every reply is confirmed when this returns; when it fails, every
         unconfirmed reply is to be sent again. An error reply to one of ``commands`` is raised,
         or with ``own_errors_in_place`` returned in its place."""
         own = len(commands) - unanswered
+        replies = self.replies
+        # Behind the acknowledgements of the replies written with it (or before it), unless the
+        # connection it went on was lost meanwhile.
+        sent_wait = self._wait_sent if self.packets.unread else None
+        self._wait_sent = None
+        wait_at = 2 * len(replies.unconfirmed)
+        wait_answers = range(wait_at, wait_at + WAIT_ANSWERED) if sent_wait is not None else range(0)
         try:
-            replies = self.packets.run(self._reply_commands() + commands, errors_in_place=True, unanswered=unanswered)
-            if any(isinstance(reply, redis.ResponseError) for reply in replies):
-                self._sort_refusals(replies, own, raise_own=not own_errors_in_place)
+            answers = self.packets.run(replies.commands() + commands, errors_in_place=True, unanswered=unanswered)
+            if any(isinstance(answer, redis.ResponseError) for answer in answers):
+                replies.sort_refusals(answers, own, raise_own=not own_errors_in_place, skip=wait_answers)
         except BaseException:
-            self._replies[:0] = self._unconfirmed
-            self._unconfirmed.clear()
+            replies.lost()
             raise
-        self._replies.clear()
-        self._unconfirmed.clear()
-        return replies[len(replies) - own :]
-
-    def _sort_refusals(self, replies: list[Any], own: int, raise_own: bool = True) -> None:
-        """Error replies of a packet whose last ``own`` replies are the caller's and the rest the
-        acknowledgements of the replies' RPUSH and EXPIRE. A reply list that the agent turned into
-        another type (it SET its own reply key) refuses the RPUSH with WRONGTYPE: that reply is
-        lost to the agent by its own doing and the evaluation goes on (``refused_replies``). Any
-        other refusal (out of memory, a missing permission) is raised, and one of the caller's
-        unless ``raise_own`` is False."""
-        sent = self._unconfirmed + self._replies  # in the order of their acknowledgements
-        acks = len(replies) - own
-        paired = acks == 2 * len(sent)
-        for index, reply in enumerate(replies):
-            if not isinstance(reply, redis.ResponseError):
-                continue
-            if index >= acks and not raise_own:
-                continue
-            if index < acks and paired and index % 2 == 0 and str(reply).startswith("WRONGTYPE"):
-                self.refused_replies += 1
-                channel = sent[index // 2][0]
-                log.warning("reply list %s is not a list (the agent changed it): that reply is dropped", channel)
-                continue
-            raise reply
+        replies.confirmed()
+        if sent_wait is not None:
+            ok, taken = answers[wait_at : wait_at + WAIT_ANSWERED]
+            self._batch.extend(self._commands_waited_for(ok, taken, *sent_wait))
+        return answers[len(answers) - own :]
 
     def queued(self) -> int:
         """Commands not handled yet: those still in Redis and those taken in the last batch."""
-        if self._replies:
+        if self.replies.unwritten:
             self.flush()
         return int(self._call(lambda: self.redis.llen(self.commands_key))) + len(self._batch)
 
     def pop_nowait(self) -> bytes | None:
+        """The next command queued, or None; a wait written with the last reply is read first
+        (it returns once a command is queued, or at its timeout)."""
+        if not self._batch and self._wait_sent is not None:
+            self._call(self._read_sent_wait)
         if self._batch:
             self._send_replies()
             return self._batch.popleft()
         taken = self._call(functools.partial(self._take_nowait, 1))
         return taken[0] if taken else None
 
-    def reply(self, channel: str, message: bytes) -> None:
-        """Answer a request: written at once to an agent that answers fast (``eager_within_s``),
-        otherwise in the evaluator's next packet to Redis, the one that waits for the next
-        request. Work that may take longer than a turn's bookkeeping (preparing the next
-        episode while the agent thinks, working through a batch of queued requests) sends the
-        replies first. Redis's acknowledgements are read with a later packet's replies; a reply
-        is kept until then, to be sent again after a failure."""
-        self._replies.append((channel, message))
+    def reply(self, channel: str, message: bytes, next_deadline: float | None = None) -> None:
+        """Answer a request. ``next_deadline``: when the wait for the next request must end, given
+        when that wait follows this reply with nothing else between (the service's turn then
+        ends): the reply and that wait go out at once in one packet, and Redis is woken once. The
+        wait's answers are read by the next ``pop``.
+
+        Otherwise the reply is written at once to an agent that answers fast
+        (``eager_within_s``), or goes in the evaluator's next packet to Redis, the one that waits
+        for the next request. Work that may take longer than a turn's bookkeeping (preparing the
+        next episode while the agent thinks, working through a batch of queued requests) sends
+        the replies first. Redis's acknowledgements are read with a later packet's replies; a
+        reply is kept until then, to be sent again after a failure (replies.py). A reply given
+        while a wait written with an earlier one is out (not the service's way) follows that
+        wait's answers."""
+        self.replies.add(channel, message)
         self._replied_at = time.monotonic()
+        if self._wait_sent is not None and self.packets.unread:
+            return  # Redis runs nothing of this connection's before that wait returns
+        if next_deadline is not None and not self._batch:
+            block_s = round(min(next_deadline - self._replied_at - POLL_MARGIN_S, MAX_BLOCK_S), 3)
+            if block_s >= MIN_BLOCK_S:
+                self._send_replies(then_wait_s=block_s)
+                return
         if self._eager:
             self._send_replies()
 
-    def _send_replies(self) -> None:
-        """Write the replies not written yet, now, without waiting for Redis's answer. A write that
-        fails leaves them to go out ahead of the next Redis call, in its packet (which rides out
-        the outage); a hung Redis's time spent on the write is downtime, and a stop ends the
-        write at once (``interrupt_wait``)."""
-        if not self._replies:
+    def _send_replies(self, then_wait_s: float | None = None) -> None:
+        """Write the replies not written yet, now, without waiting for Redis's answer, and with
+        ``then_wait_s`` the wait for the next request after them (``reply``). A write that fails
+        leaves them to go out ahead of the next Redis call, in its packet (which rides out the
+        outage); a hung Redis's time spent on the write is downtime, and a stop ends the write at
+        once (``interrupt_wait``)."""
+        replies = self.replies
+        if not replies.unwritten:
             return
         self._waiting_thread = threading.get_ident()
         started = time.monotonic()
         try:
-            self.packets.send(self._reply_commands())
-            self._unconfirmed += self._replies
-            self._replies.clear()
+            if then_wait_s is None:
+                self.packets.send(replies.commands())
+            else:
+                self.packets.send(replies.commands() + self._wait_commands(then_wait_s), unanswered=WAIT_UNANSWERED)
+                self._wait_sent = (then_wait_s, started)
+            replies.written()
         except (redis.ConnectionError, redis.TimeoutError) as exc:
-            # The connection is gone, and with it whatever it had not confirmed: all of it goes again.
-            self._replies[:0] = self._unconfirmed
-            self._unconfirmed.clear()
+            replies.lost()  # the connection is gone, and with it whatever it had not confirmed
+            self._wait_sent = None
             if isinstance(exc, redis.TimeoutError):
                 self.downtime_s += time.monotonic() - started
         finally:
             self._waiting_thread = None
 
-    def _reply_commands(self) -> list[tuple[Any, ...]]:
-        commands: list[tuple[Any, ...]] = []
-        for channel, message in self._replies:
-            commands += [("RPUSH", channel, message), ("EXPIRE", channel, REPLY_TTL_S)]
-        return commands
-
     def flush(self) -> None:
         """Send the replies whose write failed (riding out the outage), and read what Redis made
         of every reply sent: once this returns, each is in its list."""
-        if self._replies or self._unconfirmed:
+        if self.replies:
             self._call(lambda: self._run_after_replies([]))
 
     def flush_last(self) -> None:
         """The replies of the evaluation's last turn (ENV_SUBMIT's): one attempt, no riding out
         an outage, since the evaluation has ended."""
-        if not (self._replies or self._unconfirmed) or self.stop_requested:  # a stop is obeyed at once
+        if not self.replies or self.stop_requested:  # a stop is obeyed at once
             return
         try:
             self._run_after_replies([])
         except (StopRequested, redis.RedisError) as exc:
             log.warning("the last reply could not be sent: %s", exc)
-        self._replies.clear()
-        self._unconfirmed.clear()
+        self.replies.confirmed()
 
     def push_error(self, message: bytes) -> None:
         self.flush()  # a reply to an earlier request goes first, as it was decided first
@@ -379,5 +413,6 @@ class RedisTransport(OutageRidingCalls):
 
     def close(self) -> None:
         self.flush_last()
+        self._wait_sent = None
         self.packets.close()
         self.redis.close()

@@ -187,6 +187,15 @@ def test_sent_commands_are_read_with_the_next_run_which_returns_only_its_own_rep
     assert packets.run([]) == [] and packets.unread == 0
 
 
+def test_sent_commands_that_redis_does_not_answer_are_not_waited_for(packets, redis_conn):
+    packets.send(
+        [("CLIENT", "REPLY", "OFF"), ("SET", "quiet", "v"), ("CLIENT", "REPLY", "ON"), ("GET", "quiet")], unanswered=2
+    )
+    assert packets.unread == 2  # CLIENT REPLY ON and GET
+    assert packets.run([("ECHO", "own")]) == [b"own"] and packets.unread == 0
+    assert redis_conn.get("quiet") == b"v"
+
+
 def test_an_error_reply_to_a_sent_command_is_raised_by_the_next_run_after_reading_everything(packets, redis_conn):
     redis_conn.set("text", "not a list")
     packets.send([("RPUSH", "text", b"x")])

@@ -260,3 +260,35 @@ def test_a_stop_from_another_thread_cuts_off_the_evaluators_wait_for_redis(
     assert summary["state"] == "INTERRUPTED" and "stopped from the operator's thread" in summary["termination_cause"]
     assert service.transport.outages == 0 and service.transport.downtime_s == 0
     assert not [r for r in caplog.records if "Redis unreachable" in r.getMessage()]
+
+
+def test_a_steps_reply_takes_the_wait_for_the_next_request_along_until_the_evaluation_ends(
+    serving, redis_conn, service_id
+):
+    """The reply of a turn that ends in the next wait carries that wait's deadline (the
+    transport writes both in one packet); the turn that ends the evaluation waits for nothing."""
+    service, outcome, results = serving
+    given: list[tuple[bytes, float | None]] = []
+    reply = service.transport.reply
+
+    def noted_reply(channel: str, message: bytes, next_deadline: float | None = None) -> None:
+        given.append((codec.decode(message, codec.REPLY_LIMITS)["type"], next_deadline))
+        reply(channel, message, next_deadline=next_deadline)
+
+    service.transport.reply = noted_reply
+    client = RawClient(redis_conn, service_id, session="s1")
+    client.call(FLATLAND_RL.PING, HELLO)
+    client.call(FLATLAND_RL.ENV_CREATE, {})
+    client.call(FLATLAND_RL.ENV_STEP, {"action": 1})
+    step_type, step_deadline = given[-1]
+    # The deadline the evaluator now waits for the next step until (it waits meanwhile).
+    assert step_type == FLATLAND_RL.ENV_STEP_RESPONSE and step_deadline == service.evaluation.endings.deadline().at
+    for _ in range(4):
+        client.call(FLATLAND_RL.ENV_STEP, {"action": 1})
+    client.call(FLATLAND_RL.ENV_CREATE, {})
+    for _ in range(5):
+        client.call(FLATLAND_RL.ENV_STEP, {"action": 1})
+    client.call(FLATLAND_RL.ENV_CREATE, {})
+    client.call(FLATLAND_RL.ENV_SUBMIT, {})
+    assert given[-1] == (FLATLAND_RL.ENV_SUBMIT_RESPONSE, None)
+    assert finish(outcome)["state"] == "SUCCESS"

@@ -104,7 +104,7 @@ def test_a_slow_agents_reply_rides_the_packet_that_waits_for_the_next_request(re
     waiter.join(timeout=5)
     try:
         assert popped == [b"next"]
-        assert transport.packets.unread == 0 and not transport._replies
+        assert transport.packets.unread == 0 and not transport.replies
     finally:
         transport.close()
 
@@ -138,7 +138,7 @@ def test_a_reply_whose_write_fails_goes_out_with_the_next_packet(transport, redi
     redis_conn.lpush(keys.commands_key(service_id), b"next")
     assert transport.pop(time.monotonic() + 5.0) == b"next"
     assert redis_conn.lrange(channel, 0, -1) in ([b"kept"], [b"kept", b"kept"])  # written once, or again
-    assert transport.packets.unread == 0 and not transport._replies
+    assert transport.packets.unread == 0 and not transport.replies
 
 
 def test_push_error_follows_the_replies_given_before_it(transport, redis_conn, service_id):
@@ -244,3 +244,133 @@ def test_the_wait_is_packed_once_and_again_only_when_its_timeout_changes(
     redis_conn.lpush(commands_key, b"near its deadline")
     assert transport.pop(time.monotonic() + 0.5) == b"near its deadline"  # a shorter wait: packed again
     assert len(packs) == 12 and packs[9][0] == "BLMOVE" and packs[9][-1] < transport_module.MAX_BLOCK_S
+
+
+# -- a reply that takes the wait for the next request along ------------------------------------
+
+
+def blocked_clients(redis_conn) -> int:
+    return sum(1 for client in redis_conn.client_list() if client.get("cmd") == "blmove")
+
+
+def test_a_reply_given_its_next_deadline_goes_out_with_the_wait_for_the_next_request(transport, redis_conn, service_id):
+    """One packet, written at once: the reply is in Redis and the evaluator blocked in its wait
+    before the transport is called again; the next pop reads that wait's answers."""
+    channel = keys.response_key(service_id, "f" * 32)
+    before = pop_calls(redis_conn)
+    transport.reply(channel, b"answer", next_deadline=time.monotonic() + 30.0)
+    assert redis_conn.blpop([channel], timeout=5) == (channel.encode(), b"answer")
+    wait_until_blocked(redis_conn)
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 30.0) == b"next"
+    assert delta(pop_calls(redis_conn), before) == {"wait": 1, "take": 1}  # no second wait
+    assert transport.packets.unread == 0 and not transport.replies
+
+
+def test_a_reply_whose_next_deadline_is_too_near_to_block_for_goes_out_alone(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "9" * 32)
+    deadline = time.monotonic() + transport_module.POLL_MARGIN_S + transport_module.MIN_BLOCK_S / 2
+    transport.reply(channel, b"answer", next_deadline=deadline)
+    assert transport.packets.unread == 2 and blocked_clients(redis_conn) == 0  # RPUSH and EXPIRE only
+    assert transport.pop(deadline) is None and time.monotonic() >= deadline
+    redis_conn.lpush(keys.commands_key(service_id), b"after")
+    assert transport.pop(time.monotonic() + 5.0) == b"after"
+
+
+def test_a_wait_sent_with_a_reply_ends_in_time_for_its_deadline(transport, redis_conn, service_id):
+    """Its timeout is the one the pop would have blocked for: the pop returns None at the
+    deadline (not a blocking wait's later), and what comes after stays queued."""
+    channel = keys.response_key(service_id, "8" * 32)
+    deadline = time.monotonic() + 0.4
+    transport.reply(channel, b"answer", next_deadline=deadline)
+    wait_until_blocked(redis_conn)
+    assert transport.pop(deadline) is None
+    assert time.monotonic() >= deadline
+    redis_conn.lpush(keys.commands_key(service_id), b"late")
+    assert transport.queued() == 1
+    assert transport.pop(time.monotonic() + 5.0) == b"late"
+
+
+def test_pop_nowait_reads_the_wait_sent_with_a_reply_first_and_keeps_the_order(transport, redis_conn, service_id):
+    transport.reply(keys.response_key(service_id, "7" * 32), b"answer", next_deadline=time.monotonic() + 30.0)
+    wait_until_blocked(redis_conn)
+    redis_conn.lpush(keys.commands_key(service_id), b"first", b"second")  # one LPUSH: first out first
+    assert [transport.pop_nowait(), transport.pop_nowait(), transport.pop_nowait()] == [b"first", b"second", None]
+
+
+def test_push_error_after_a_reply_with_its_wait_keeps_what_that_wait_took(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "6" * 32)
+    transport.reply(channel, b"answer", next_deadline=time.monotonic() + 30.0)
+    wait_until_blocked(redis_conn)
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    transport.push_error(b"the error")
+    assert redis_conn.lrange(keys.errors_key(service_id), 0, -1) == [b"the error"]
+    assert redis_conn.lrange(channel, 0, -1) == [b"answer"]
+    assert transport.pop(time.monotonic() + 5.0) == b"next"  # taken by the wait, handed out now
+
+
+def test_a_connection_lost_under_a_sent_wait_loses_neither_the_reply_nor_the_request(transport, redis_conn, service_id):
+    channel = keys.response_key(service_id, "5" * 32)
+    own_id = transport.packets.run([("CLIENT", "ID")])[0]
+    transport.reply(channel, b"kept", next_deadline=time.monotonic() + 30.0)
+    wait_until_blocked(redis_conn)
+    redis_conn.client_kill_filter(_id=own_id)  # Redis hangs up on the blocked wait
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    popped = transport.pop(time.monotonic() + 30.0)
+    if popped is None:  # the pop ended with the outage it rode out, as after any outage
+        assert transport.outages == 1
+        popped = transport.pop(time.monotonic() + 30.0)
+    assert popped == b"next"
+    assert redis_conn.lrange(channel, 0, -1) in ([b"kept"], [b"kept", b"kept"])  # written once, or again
+    assert transport.packets.unread == 0 and not transport.replies
+
+
+def test_a_stop_from_another_thread_ends_the_read_of_a_sent_wait(redis_url, redis_conn, service_id, monkeypatch):
+    monkeypatch.setattr(transport_module, "MAX_BLOCK_S", 60.0)  # the wait alone would outlast the test
+    transport = RedisTransport(redis_url, service_id)
+    outcome: list[object] = []
+
+    def pop() -> None:
+        try:
+            outcome.append(transport.pop(time.monotonic() + 120.0))
+        except BaseException as exc:  # StopRequested, as the service loop gets it
+            outcome.append(exc)
+
+    try:
+        transport.reply(keys.response_key(service_id, "4" * 32), b"answer", next_deadline=time.monotonic() + 120.0)
+        waiting = threading.Thread(target=pop)
+        waiting.start()
+        deadline = time.monotonic() + 5.0
+        while transport._waiting_thread is None:
+            assert time.monotonic() < deadline, "the pop never read the sent wait"
+            time.sleep(0.005)
+        transport.request_stop()
+        waiting.join(timeout=5.0)
+        assert not waiting.is_alive()
+        assert len(outcome) == 1 and isinstance(outcome[0], transport_module.StopRequested)
+    finally:
+        transport.close()
+
+
+def test_a_reply_refused_with_wrongtype_under_a_sent_wait_is_counted_and_the_wait_still_takes(
+    transport, redis_conn, service_id
+):
+    channel = keys.response_key(service_id, "3" * 32)
+    redis_conn.set(channel, "the agent made its reply list a string")
+    transport.reply(channel, b"answer", next_deadline=time.monotonic() + 30.0)
+    wait_until_blocked(redis_conn)
+    redis_conn.lpush(keys.commands_key(service_id), b"next")
+    assert transport.pop(time.monotonic() + 5.0) == b"next"
+    assert transport.refused_replies == 1 and transport.outages == 0
+
+
+def test_a_sent_wait_whose_script_redis_lost_takes_with_the_scripts_text(transport, redis_conn, service_id):
+    redis_conn.lpush(keys.commands_key(service_id), b"first")
+    assert transport.pop(time.monotonic() + 5.0) == b"first"  # the script is cached from here on
+    redis_conn.script_flush()
+    transport.reply(keys.response_key(service_id, "2" * 32), b"answer", next_deadline=time.monotonic() + 30.0)
+    wait_until_blocked(redis_conn)
+    before = redis_conn.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+    redis_conn.lpush(keys.commands_key(service_id), b"second")
+    assert transport.pop(time.monotonic() + 5.0) == b"second"
+    assert redis_conn.info("commandstats")["cmdstat_eval"]["calls"] == before + 1
