@@ -20,6 +20,8 @@ REPLY_TTL_S = 600  # a reply nobody reads (its client gone) leaves Redis after t
 
 
 class Replies:
+    """The replies given and not yet confirmed, in the order they were given."""
+
     def __init__(self) -> None:
         self.unwritten: list[tuple[str, bytes]] = []  # not written yet, or written on a lost connection
         self.unconfirmed: list[tuple[str, bytes]] = []  # written, acknowledgements not read yet
