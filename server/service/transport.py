@@ -43,9 +43,9 @@ from typing import Any
 
 import redis
 
-from arbiter.protocol import codec, keys
+from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
-from arbiter.protocol.redis_conn import Command, Packets, bounded_take, connect, pack
+from arbiter.protocol.redis_conn import Command, Packets, connect
 from arbiter.protocol.spin_wait import SpinWait, polling_window
 from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailable, StopRequested: the service's
     DEFAULT_OUTAGE_LIMIT_S,
@@ -54,6 +54,14 @@ from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailabl
     StopRequested,
 )
 from arbiter.server.service.replies import Replies
+from arbiter.server.service.waits import (  # noqa: F401 - REQUEST_LIMIT, TAKE_BYTES: the benchmarks'
+    POP_BATCH,
+    REQUEST_LIMIT,
+    TAKE_BYTES,
+    WAIT_ANSWERED,
+    WAIT_UNANSWERED,
+    WaitCommands,
+)
 
 log = logging.getLogger(__name__)
 
@@ -69,13 +77,6 @@ HUNG_AFTER_S = 10.0
 # Work done while waiting (preparing the next episode) runs only when the deadline is further
 # away than this: far longer than that work takes, so it never delays a budget decision.
 IDLE_WORK_MARGIN_S = 2.0
-# Commands taken from Redis per round trip when several are queued. A killed evaluator loses at
-# most this many; sequence numbers tell the client's resends.
-POP_BATCH = 64
-# The largest request the evaluator decodes, and what one round trip may take from Redis: the
-# requests' bytes add up to at most this, so the first request always fits (cut if over the limit).
-REQUEST_LIMIT = codec.COMMAND_LIMITS.max_bytes
-TAKE_BYTES = REQUEST_LIMIT + 1
 # A blocking wait that returns this much before its timeout with nothing to take was cut short.
 EARLY_WAKE_S = 0.005
 OOM_PROBE_SUFFIX = ":write-probe"  # a key nobody creates: LPUSHX onto it changes nothing
@@ -85,10 +86,6 @@ EAGER_REPLIES_WITHIN_S = 0.002
 # long enough for a fast agent's turn between a reply and its next request, short enough that
 # an agent slower than that soon turns polling off (the window adapts).
 EVALUATOR_WINDOW_US = 300.0
-# The wait's commands that Redis answers (CLIENT REPLY ON, then the bounded take); the first two,
-# replies off and the blocking BLMOVE, get none.
-WAIT_UNANSWERED = 2
-WAIT_ANSWERED = 2
 
 
 class RedisTransport(OutageRidingCalls):
@@ -123,11 +120,7 @@ class RedisTransport(OutageRidingCalls):
         self.eager_within_s = eager_within_s
         self._eager = True
         self._replied_at = 0.0
-        # Whether Redis has the bounded take's script cached: EVALSHA then spares sending its text.
-        # A Redis that lost its cache (a restart, SCRIPT FLUSH) answers NOSCRIPT: the text goes again.
-        self._script_cached = False
-        self._wait_shape: tuple[float, bool] | None = None  # what the packed wait was made for
-        self._wait_packed: list[bytes] = []
+        self.waits = WaitCommands(self.commands_key)  # the wait and the take, packed (waits.py)
         # The wait written with the last reply, its answers not read yet: its timeout and when it went.
         self._wait_sent: tuple[float, float] | None = None
 
@@ -221,7 +214,7 @@ class RedisTransport(OutageRidingCalls):
         waited_from = time.monotonic()
         block_s = round(block_s, 3)
         ok, taken = self._run_after_replies(
-            self._wait_commands(block_s), unanswered=WAIT_UNANSWERED, own_errors_in_place=True
+            self.waits.wait(block_s), unanswered=WAIT_UNANSWERED, own_errors_in_place=True
         )
         return self._commands_waited_for(ok, taken, block_s, waited_from)
 
@@ -233,7 +226,7 @@ class RedisTransport(OutageRidingCalls):
             self._run_after_replies([])
 
     def _commands_waited_for(self, ok: Any, taken: Any, block_s: float, waited_from: float) -> list[bytes]:
-        """What a wait (``_wait_commands``) took, from its answers: that of CLIENT REPLY ON, then
+        """What a wait (``WaitCommands.wait``) took, from its answers: that of CLIENT REPLY ON, then
         that of the bounded take."""
         if ok != b"OK":
             # Redis refused to switch replies off (a user without CLIENT): it answered every
@@ -248,22 +241,6 @@ class RedisTransport(OutageRidingCalls):
             self._raise_if_refusing_writes()
         return commands
 
-    def _wait_commands(self, block_s: float) -> list[bytes]:
-        """The wait's commands (``_wait_and_take``), packed: the same from one turn to the next
-        while its timeout and the script's state in Redis stay as they were, so they are packed
-        again only when either changes."""
-        shape = (block_s, self._script_cached)
-        if shape != self._wait_shape:
-            key = self.commands_key
-            self._wait_packed = [
-                pack(("CLIENT", "REPLY", "OFF")),
-                pack(("BLMOVE", key, key, "RIGHT", "RIGHT", block_s)),
-                pack(("CLIENT", "REPLY", "ON")),
-                pack(self._take_command(POP_BATCH)),
-            ]
-            self._wait_shape = shape
-        return self._wait_packed
-
     def _raise_if_refusing_writes(self) -> None:
         """A wait that returned early with nothing to take may have been refused: Redis refuses
         BLMOVE once it holds ``maxmemory``, and the refusal of a command whose reply is switched
@@ -274,11 +251,8 @@ class RedisTransport(OutageRidingCalls):
             raise answer
 
     def _take_nowait(self, most: int = POP_BATCH) -> list[bytes]:
-        (taken,) = self._run_after_replies([self._take_command(most)], own_errors_in_place=True)
+        (taken,) = self._run_after_replies([self.waits.take(most)], own_errors_in_place=True)
         return self._taken(taken, most)
-
-    def _take_command(self, most: int) -> tuple[Any, ...]:
-        return bounded_take(self.commands_key, most, TAKE_BYTES, REQUEST_LIMIT, cached=self._script_cached)
 
     def _taken(self, reply: Any, most: int) -> list[bytes]:
         """The commands the bounded take answered with; when Redis had lost its script
@@ -286,9 +260,9 @@ class RedisTransport(OutageRidingCalls):
         if isinstance(reply, redis.ResponseError):
             if not isinstance(reply, redis.exceptions.NoScriptError):
                 raise reply
-            self._script_cached = False
+            self.waits.script_cached = False
             return self._take_nowait(most)
-        self._script_cached = True
+        self.waits.script_cached = True
         return reply
 
     def _run_after_replies(
@@ -379,7 +353,7 @@ class RedisTransport(OutageRidingCalls):
             if then_wait_s is None:
                 self.packets.send(replies.commands())
             else:
-                self.packets.send(replies.commands() + self._wait_commands(then_wait_s), unanswered=WAIT_UNANSWERED)
+                self.packets.send(replies.commands() + self.waits.wait(then_wait_s), unanswered=WAIT_UNANSWERED)
                 self._wait_sent = (then_wait_s, started)
             replies.written()
         except (redis.ConnectionError, redis.TimeoutError) as exc:

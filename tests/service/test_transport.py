@@ -12,6 +12,7 @@ import pytest
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.service import transport as transport_module
+from arbiter.server.service import waits as waits_module
 from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES, RedisTransport
 
 
@@ -224,7 +225,7 @@ def test_the_wait_is_packed_once_and_again_only_when_its_timeout_changes(
         packs.append(command)
         return hiredis.pack_command(command)
 
-    monkeypatch.setattr(transport_module, "pack", counted_pack)
+    monkeypatch.setattr(waits_module, "pack", counted_pack)
     commands_key = keys.commands_key(service_id)
     far = time.monotonic() + 30.0  # every wait blocks for MAX_BLOCK_S
     packed_after = []
