@@ -185,8 +185,11 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
         f"{disk['p90_us']:.0f} µs by round, largest {disk['max_us']:.0f} µs"
     )
     assert printed in completed.stdout
-    # what the evaluator itself waited for the disk (summary.json), and each dataset's figure without it
-    assert 0 < arbiter["record_durable_mean_s"] < arbiter["closing_step_mean_s"]
+    # what the evaluator itself waited for the disk (summary.json), and each dataset's figure without it.
+    # Every record is made durable inside the step that ends its dataset: one that brings the fold's
+    # next dataset ("closing") or the fold's last one; the records' mean is within the slower of the two.
+    ending_step_s = max(arbiter["closing_step_mean_s"], arbiter["last_step_mean_s"])
+    assert 0 < arbiter["record_durable_mean_s"] < ending_step_s
     past_disk = dataset - arbiter["record_durable_mean_s"]
     assert summary["dataset_overhead_past_disk_s"]["per_round"] == [pytest.approx(past_disk)]
     assert f"per dataset without that wait {past_disk * 1e6:.0f} µs by round" in completed.stdout
