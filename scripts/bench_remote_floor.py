@@ -8,7 +8,8 @@ Two processes, ``--worker floor`` (the agent) and ``--worker floor-env`` (the en
   socket as RemoteEnv does (``protocol/spin_wait.py``);
 - the env's side waits and takes as the evaluator does (its blocking ``BLMOVE`` with the reply
   switched off, then the bounded take, polling its socket in the evaluator's window), and writes
-  each reply at once (``RPUSH``, ``EXPIRE``).
+  each reply (``RPUSH``, ``EXPIRE``) and that wait for the next request in one packet, as the
+  evaluator does when its turn ends in that wait (``RedisTransport.reply``).
 
 Requests and replies are bare msgpack lists: a reset names its seed, a step its action, and a
 reply holds the observation as a list of floats (which carries CartPole's float32 values exactly).
@@ -78,6 +79,17 @@ def requests_taken(packets: Any, key: str, idle_s: float) -> Iterator[bytes]:
         yield from taken
 
 
+def take_after(packets: Any, reply: list[Any], wait: list[bytes]) -> list[bytes]:
+    """The requests the wait takes, written behind ``reply`` (the last request's, or nothing) in
+    one packet: Redis is woken once for both, as the evaluator's reply and next wait wake it."""
+    from arbiter.server.service.transport import WAIT_UNANSWERED
+
+    if not reply:
+        return packets.run(wait, unanswered=WAIT_UNANSWERED)[-1]
+    packets.send([*reply, *wait], unanswered=WAIT_UNANSWERED)
+    return packets.run([], errors_in_place=True)[-1]  # the reply's acknowledgements, then the take's answer
+
+
 def worker_floor_agent(args: argparse.Namespace) -> int:
     import msgpack
     import numpy as np
@@ -118,25 +130,35 @@ def worker_floor_env(args: argparse.Namespace) -> int:
     requests, replies, _ = _keys(args.service_id)
     env = gymnasium.make(args.env_id)
     packets = packets_to(args.redis_url, waits_as="evaluator")
+    wait = evaluator_wait(packets, requests)
+    reply: list[Any] = []  # the last request's reply: written with the next wait
     handled = 0
+    give_up = time.monotonic() + args.reply_timeout
     try:
-        for raw in requests_taken(packets, requests, args.reply_timeout):
-            message = msgpack.unpackb(raw)
-            if message[0] == "reset":
-                body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
-            elif message[0] == "step":
-                observation, reward, terminated, truncated, _ = env.step(message[1])
-                body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
-            elif message[0] == READY:
-                body = []
-            else:
-                packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
-                emit({"handled": handled})
-                return 0
-            # written at once, as the evaluator answers a fast agent; acknowledged with the next wait
-            packets.send([("RPUSH", replies, msgpack.packb(body)), ("EXPIRE", replies, REPLY_TTL_S)])
-            handled += 1
-        raise AssertionError("unreachable: requests_taken ends only by raising")
+        while True:
+            taken = take_after(packets, reply, wait)
+            reply = []
+            if taken:
+                give_up = time.monotonic() + args.reply_timeout
+            elif time.monotonic() > give_up:
+                raise RuntimeError(f"no request for {args.reply_timeout:g} s")
+            for raw in taken:
+                if reply:  # several requests taken at once: the earlier ones' replies go now
+                    packets.send(reply)
+                message = msgpack.unpackb(raw)
+                if message[0] == "reset":
+                    body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
+                elif message[0] == "step":
+                    observation, reward, terminated, truncated, _ = env.step(message[1])
+                    body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
+                elif message[0] == READY:
+                    body = []
+                else:
+                    packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
+                    emit({"handled": handled})
+                    return 0
+                reply = [("RPUSH", replies, msgpack.packb(body)), ("EXPIRE", replies, REPLY_TTL_S)]
+                handled += 1
     finally:
         packets.close()
         env.close()
