@@ -35,6 +35,8 @@ class GymEpisode(OpenItem):
     def __init__(self, env: Any, item: Item, seed: int | None, *, unfinished_return: float | None = None):
         super().__init__(item)
         self.env = env
+        # Read once: a wrapped env's action_space walks its wrappers' properties, at every step's check.
+        self.action_space = env.action_space
         self.unfinished_return = unfinished_return
         self.last_step: Step | None = None
         self.begin(seed)
@@ -58,7 +60,7 @@ class GymEpisode(OpenItem):
         return {"observation": self.observation, "info": plain(self.info), EXTENSION_KEY: self.place()}
 
     def sanitize(self, action: Any) -> tuple[Any, int]:
-        clean = action_for(self.env.action_space, action)
+        clean = action_for(self.action_space, action)
         if clean is None:
             return self.invalid_action(action)
         return clean, 0
@@ -66,7 +68,7 @@ class GymEpisode(OpenItem):
     def invalid_action(self, action: Any) -> tuple[Any, int]:
         """What stands in for an action outside the action space: by default nothing (refused)."""
         raise InvalidAction(
-            f"action {str(action)[:80]!r} is not in the action space {self.env.action_space}; nothing was applied"
+            f"action {str(action)[:80]!r} is not in the action space {self.action_space}; nothing was applied"
         )
 
     def step(self, action: Any) -> bool:
