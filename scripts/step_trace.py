@@ -118,9 +118,9 @@ def read_events(lines: Any, agent: int, evaluator: int, redis: int) -> Trace:
 
 def step_segments(marks: list[tuple[float, str]]) -> list[dict[str, float]]:
     """Each whole step among ``marks``: the agent's write, Redis asleep, the evaluator's write,
-    Redis asleep, the agent's next write. A step whose marks are missing or out of that order (the
-    ends of the trace, a reset) is left out; a second write of the evaluator's before the agent's
-    next one is part of its reply."""
+    Redis asleep, the agent's next write. A step whose marks are missing or out of that order (at
+    the ends of the trace) is left out; a reset, a request and its reply too, counts as a step; a
+    second write of the evaluator's before the agent's next one is part of its reply."""
     steps = []
     agent_at = evaluator_at = asleep_after_request = asleep_after_reply = None
     for at, mark in marks:
