@@ -375,11 +375,12 @@ def test_a_report_with_no_episode_opens_in_chromium(chromium, redis_url, service
     assert charts_of(dom).charts == {"overall-time": [1, 1]}
 
 
-def test_ci_installs_chromium_and_podman_and_runs_the_readme_test_command() -> None:
+def test_ci_installs_chromium_podman_and_perf_and_runs_the_readme_test_command() -> None:
     ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
     readme = (REPO / "README.md").read_text(encoding="utf-8")
-    for program in ("chromium", "podman", "runc"):  # the report's rendering; the container backend
+    # the report's rendering; the container backend; scripts/step_trace.py's scheduler events
+    for program in ("chromium", "podman", "runc", "perf"):
         assert f"command -v {program} >/dev/null" in ci
-    assert f"|| ({CHROMIUM_INSTALL} podman runc)" in ci
+    assert f"|| ({CHROMIUM_INSTALL} podman runc linux-perf)" in ci
     assert 'pip install -e ".[dev]" && python -m pytest' in readme
     assert 'pip install --quiet --disable-pip-version-check -e ".[dev]"' in ci and "python3 -m pytest" in ci
