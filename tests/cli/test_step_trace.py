@@ -33,6 +33,12 @@ def redis_asleep(at_us: float) -> str:
     return switch(0, at_us, REDIS, "S", EVALUATOR)
 
 
+def step_marks(agent_at: float, request_done: float, evaluator_at: float, reply_done: float) -> list[str]:
+    """One step's marks: the agent's write, Redis asleep, the evaluator's write, Redis asleep (µs)."""
+    return [wake(AGENT, 1, agent_at), redis_asleep(request_done), wake(EVALUATOR, 0, evaluator_at),
+            redis_asleep(reply_done)]  # fmt: skip
+
+
 def known_trace() -> list[str]:
     """The agent alone on CPU 1, the evaluator and Redis on CPU 0; three whole steps, the second
     with a second write of the evaluator's, between marks that belong to no whole step."""
@@ -42,23 +48,12 @@ def known_trace() -> list[str]:
         redis_asleep(-0.0),  # before any request: no step
         wake(EVALUATOR, 0, 1),  # a write with no request before it: no step
         "a line perf prints that is not an event",
-        # step 1: agent 48, request 10, evaluator 30, reply 12, step 100
-        wake(AGENT, 1, 2),
-        redis_asleep(12),
-        wake(EVALUATOR, 0, 42),
-        redis_asleep(54),
-        # step 2: request 15, evaluator 45, reply 160 -> 178 (two writes), agent 42, step 120
-        wake(AGENT, 1, 102),
-        redis_asleep(117),
-        wake(EVALUATOR, 0, 162),
-        redis_asleep(172),
+        *step_marks(2, 12, 42, 54),  # agent 48, request 10, evaluator 30, reply 12, step 100
+        # request 15, evaluator 45, reply 160 -> 178 (two writes), agent 42, step 120
+        *step_marks(102, 117, 162, 172),
         wake(EVALUATOR, 0, 177),
         redis_asleep(180),
-        # step 3: request 12, evaluator 30, reply 12, agent 56, step 110
-        wake(AGENT, 1, 222),
-        redis_asleep(234),
-        wake(EVALUATOR, 0, 264),
-        redis_asleep(276),
+        *step_marks(222, 234, 264, 276),  # request 12, evaluator 30, reply 12, agent 56, step 110
         wake(AGENT, 1, 332),  # the next step, cut off by the end of the trace
         redis_asleep(343),
     ]
