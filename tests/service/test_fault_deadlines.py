@@ -162,8 +162,8 @@ def test_f16_commands_pushed_at_the_deadline_are_processed_or_left_queued_never_
     assert all(r["outcome"] == "processed" for r in handover), [r for r in handover if r["outcome"] != "processed"]
     # pop() never returns long after its deadline. Judged on the median and the 99th percentile:
     # this test's own 24 threads on a 2-CPU machine make a single return wait tens of ms for a CPU
-    # now and then, where a blocking wait that ran past the deadline (Redis's timer lets it overrun
-    # by up to ~100 ms) would be late in every blocking trial, and a coarser poll in every poll one.
+    # now and then, where a pop that overshot its deadline (a blocking wait left running past it, a
+    # poll that sleeps past it) would be late in most of its trials.
     returned_ms = sorted(r["returned_vs_deadline_ms"] for r in results)
     assert returned_ms[len(returned_ms) // 2] < 5
     assert returned_ms[int(0.99 * len(returned_ms))] < 50
