@@ -79,14 +79,13 @@ def requests_taken(packets: Any, key: str, idle_s: float) -> Iterator[bytes]:
         yield from taken
 
 
-def take_after(packets: Any, reply: list[Any], wait: list[bytes]) -> list[bytes]:
+def take_after(packets: Any, reply: list[Any], wait: list[bytes], unanswered: int) -> list[bytes]:
     """The requests the wait takes, written behind ``reply`` (the last request's, or nothing) in
-    one packet: Redis is woken once for both, as the evaluator's reply and next wait wake it."""
-    from arbiter.server.service.transport import WAIT_UNANSWERED
-
+    one packet: Redis is woken once for both, as the evaluator's reply and next wait wake it.
+    ``unanswered``: the wait's commands Redis sends no reply for (``WAIT_UNANSWERED``)."""
     if not reply:
-        return packets.run(wait, unanswered=WAIT_UNANSWERED)[-1]
-    packets.send([*reply, *wait], unanswered=WAIT_UNANSWERED)
+        return packets.run(wait, unanswered=unanswered)[-1]
+    packets.send([*reply, *wait], unanswered=unanswered)
     return packets.run([], errors_in_place=True)[-1]  # the reply's acknowledgements, then the take's answer
 
 
@@ -127,6 +126,8 @@ def worker_floor_env(args: argparse.Namespace) -> int:
     import gymnasium
     import msgpack
 
+    from arbiter.server.service.transport import WAIT_UNANSWERED  # imported once, not on each step
+
     requests, replies, _ = _keys(args.service_id)
     env = gymnasium.make(args.env_id)
     packets = packets_to(args.redis_url, waits_as="evaluator")
@@ -136,7 +137,7 @@ def worker_floor_env(args: argparse.Namespace) -> int:
     give_up = time.monotonic() + args.reply_timeout
     try:
         while True:
-            taken = take_after(packets, reply, wait)
+            taken = take_after(packets, reply, wait, WAIT_UNANSWERED)
             reply = []
             if taken:
                 give_up = time.monotonic() + args.reply_timeout
