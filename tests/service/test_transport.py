@@ -78,6 +78,18 @@ def test_nothing_queued_returns_none_after_the_deadline_and_takes_nothing_later(
     assert transport.pop(time.monotonic() + 5.0) == b"after"
 
 
+def test_with_nothing_queued_a_pop_ends_within_milliseconds_of_its_deadline(transport):
+    """Redis times a blocked client out on its own timer (10 times a second at its default hz), so
+    with nothing else waking it a blocking wait returns up to about 100 ms late. The transport
+    blocks only until POLL_MARGIN_S before the deadline and polls the rest: a budget ends on time."""
+    late_ms = []
+    for wait_s in (0.013, 0.05, 0.137, 0.21, 0.33):  # deadlines that fall anywhere in Redis's timer period
+        deadline = time.monotonic() + wait_s
+        assert transport.pop(deadline) is None
+        late_ms.append((time.monotonic() - deadline) * 1000)
+    assert min(late_ms) >= 0 and max(late_ms) < 30, [round(ms, 1) for ms in late_ms]
+
+
 def test_a_fast_agents_reply_is_in_redis_as_soon_as_it_is_given(transport, redis_conn, service_id):
     channel = keys.response_key(service_id, "e" * 32)
     transport.reply(channel, b"answer")  # a new transport's agent counts as fast until it shows otherwise
