@@ -66,7 +66,7 @@ from bench_workers import WORKERS as PATH_WORKERS
 from harness import BenchSession, add_run_options, alternate_rounds, run_main, write_json
 
 WORKERS = {**PATH_WORKERS, **FLOOR_WORKERS}
-QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 50, "concurrent": 2, "protocol_steps": 5000}
+QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 20, "concurrent": 2, "protocol_steps": 5000}
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
