@@ -8,10 +8,13 @@ worker. Every worker reaps, idle (RQ's maintenance, every ``MAINTENANCE_INTERVAL
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import redis
@@ -37,20 +40,22 @@ class ArbiterWorker(Worker):
         """RQ kills the work-horse's process group (a cold shutdown, a stop command, a job far
         past its timeout); the groups the horse started (the agent's, a container engine's) go
         with it. The horse is frozen first, and each group as it is found, then looked for
-        again: nothing started while they were being found escapes."""
-        horse = self.horse_pid
-        frozen = _signal_groups(_own_group(horse), signal.SIGSTOP)
-        groups: set[int] = set()
-        try:
-            while found := _descendant_groups(horse) - groups:
-                _signal_groups(found, signal.SIGSTOP)
-                groups |= found
-            _signal_groups(groups, sig)
-        finally:
-            super().kill_horse(sig)
-            if sig != signal.SIGKILL:  # a stopped process acts on any other signal once it goes on
-                _signal_groups(groups | frozen, signal.SIGCONT)
-        self._abandon_current_job()
+        again: nothing started while they were being found escapes. RQ's watch of the horse
+        waits till all of it is done (``_monitor_alarm_held``)."""
+        with _monitor_alarm_held():
+            horse = self.horse_pid
+            frozen = _signal_groups(_own_group(horse), signal.SIGSTOP)
+            groups: set[int] = set()
+            try:
+                while found := _descendant_groups(horse) - groups:
+                    _signal_groups(found, signal.SIGSTOP)
+                    groups |= found
+                _signal_groups(groups, sig)
+            finally:
+                super().kill_horse(sig)
+                if sig != signal.SIGKILL:  # a stopped process acts on any other signal once it goes on
+                    _signal_groups(groups | frozen, signal.SIGCONT)
+            self._abandon_current_job()
 
     def _abandon_current_job(self) -> None:
         """What the killed horse's attempt runs outside its processes (a container) goes too."""
@@ -85,6 +90,25 @@ class ArbiterWorker(Worker):
                 reap(self.connection)
         except redis.exceptions.RedisError as exc:
             log.warning("reaper pass skipped: %s", exc)
+
+
+@contextlib.contextmanager
+def _monitor_alarm_held() -> Iterator[None]:
+    """RQ watches its work-horse under an alarm (SIGALRM, every job-monitoring interval), and a
+    cold shutdown kills the horse from within that watch: on a busy machine the alarm went off
+    while the container engine was still removing the agent's container, and the container
+    stayed. The alarm is held while the horse and what it started are stopped, then set again
+    with the time it had left, so RQ's watch goes on as if that had taken no time. Only the main
+    thread receives the alarm: elsewhere (RQ's stop command) there is nothing to hold."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+    left_s, interval_s = signal.setitimer(signal.ITIMER_REAL, 0)
+    try:
+        yield
+    finally:
+        if left_s > 0:
+            signal.setitimer(signal.ITIMER_REAL, left_s, interval_s)
 
 
 def _own_group(pid: int) -> set[int]:

@@ -1,8 +1,8 @@
 """ArbiterWorker.kill_horse, on RQ's cold shutdown or a job far past its timeout (F21): the
 work-horse and every process group it started go, and none started while they were being found
 escapes: the horse is frozen before its descendants are looked for, and each group as it is
-found. Real processes and signals; the worker is not started (the horse is a process standing
-in for RQ's)."""
+found; RQ's alarm on its watch of the horse waits till all of that is done (F20). Real processes
+and signals; the worker is not started (the horse is a process standing in for RQ's)."""
 
 from __future__ import annotations
 
@@ -10,10 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import pytest
 from harness import wait_for
+from rq.timeouts import HorseMonitorTimeoutException, UnixSignalDeathPenalty
 
 from arbiter.server.hosting import worker as worker_module
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue
@@ -101,3 +103,33 @@ def test_the_horse_and_every_group_it_started_go_and_none_escapes(redis_conn, mo
         horse.wait()
         for pid in running_with(marker):
             os.kill(pid, signal.SIGKILL)
+
+
+# pytest-timeout's own alarm would be SIGALRM too: this test leaves that signal to RQ's watch.
+@pytest.mark.timeout(60, method="thread")
+def test_rqs_watch_of_the_horse_waits_till_what_the_horse_started_is_removed(redis_conn, monkeypatch) -> None:
+    """A cold shutdown kills the horse inside RQ's watch of it, an alarm that raises when it goes
+    off (a whole second at most here, as the worker's job-monitoring interval). A container engine
+    that takes longer than that to remove the agent's container is not cut short: the alarm is
+    held meanwhile, then set again with the time it had left."""
+    removed: list[float] = []
+
+    def slow_removal(self: ArbiterWorker) -> None:  # a busy machine's container engine
+        subprocess.run([sys.executable, "-c", "import time; time.sleep(1.3)"], check=True, timeout=20)
+        removed.append(time.monotonic())
+
+    monkeypatch.setattr(ArbiterWorker, "_abandon_current_job", slow_removal)
+    # a group of its own from its start, as RQ's horse: RQ signals the horse's group
+    horse = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], process_group=0)
+    try:
+        rq_worker = ArbiterWorker([arbiter_queue(redis_conn)], connection=redis_conn, serializer=SERIALIZER)
+        rq_worker._horse_pid = horse.pid
+        with UnixSignalDeathPenalty(worker_module.JOB_MONITORING_INTERVAL_S, HorseMonitorTimeoutException):
+            rq_worker.kill_horse()
+            left_s = signal.getitimer(signal.ITIMER_REAL)[0]
+        assert len(removed) == 1, "the container's removal was cut short"
+        assert 0.5 < left_s <= worker_module.JOB_MONITORING_INTERVAL_S  # the watch goes on where it was
+        assert horse.wait(timeout=10) == -signal.SIGKILL
+    finally:
+        horse.kill()
+        horse.wait()
