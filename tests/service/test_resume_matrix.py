@@ -63,7 +63,7 @@ TWO_PHASE = Format(
         "--set",
         "phase2.stability_window=2",
         "--set",
-        "phase2.max_steps=2500",
+        "phase2.max_steps=1500",
     ),  # fmt: skip
     ("two-phase", os.path.join(REPO, "examples", "reinforcelab_cartpole")),
     # items: 0, 1 phase 1; 2 run 0's training; 3, 4 its evaluation episodes
