@@ -122,6 +122,7 @@ def test_rqs_watch_of_the_horse_waits_till_what_the_horse_started_is_removed(red
     # a group of its own from its start, as RQ's horse: RQ signals the horse's group
     horse = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], process_group=0)
     try:
+        assert os.getpgid(horse.pid) == horse.pid != os.getpgid(0)  # never this test's own group
         rq_worker = ArbiterWorker([arbiter_queue(redis_conn)], connection=redis_conn, serializer=SERIALIZER)
         rq_worker._horse_pid = horse.pid
         with UnixSignalDeathPenalty(worker_module.JOB_MONITORING_INTERVAL_S, HorseMonitorTimeoutException):
