@@ -12,7 +12,6 @@ import paths
 import pytest
 
 CPUINFO = Path("/proc/cpuinfo")
-HALT_POLL = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +49,8 @@ def test_the_machine_line_names_the_processor_and_the_guests_halt_polling(harnes
         assert machine["cpu_model"]  # what the platform module says, or "unknown"
     line = harness.machine_line(machine)
     assert line.startswith(f"{machine['cpus']} CPUs ({machine['cpu_model']}")
-    if HALT_POLL.exists():
-        polled_ns = int(HALT_POLL.read_text().strip())
+    if harness.HALT_POLL_NS.exists():
+        polled_ns = int(harness.HALT_POLL_NS.read_text().strip())
         assert machine["guest_halt_poll_ns"] == polled_ns
         assert f"; guest halt polling {polled_ns} ns)" in line
     else:

@@ -196,8 +196,10 @@ def test_a_worker_stopped_at_once_takes_the_container_with_it(
         wait_for(lambda: time.monotonic() - noted > 1.2, what="RQ's window for a repeated signal")
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=20) is not None
-        said = worker.stderr.read()[-3000:]
-        assert containers_of(submission.id, podman_env) == [], f"removed with the work-horse it belonged to:\n{said}"
+        # the worker's log is read only on a failure (the message is evaluated then alone)
+        assert containers_of(submission.id, podman_env) == [], (
+            f"removed with the work-horse it belonged to; the worker said:\n{worker.stderr.read()[-3000:]}"
+        )
     finally:
         workers.stop_all()
         remove_containers_of([submission.id], podman_env)
