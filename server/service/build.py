@@ -85,11 +85,15 @@ def build_service(
         transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
         if not resume:
             transport.clear()  # the events stream too: a watcher sees this evaluation only
+        # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
+        # sends it again): counted before the started event, so a request sent once the event is
+        # out is served, never taken for a leftover and left for the client's resend.
+        service = EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
     except BaseException:
         events.close()
         raise
     events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
-    return EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
+    return service
 
 
 def start_service(

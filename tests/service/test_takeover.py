@@ -22,10 +22,11 @@ import pytest
 from harness import finish, play_episode, read_episodes, read_summary, running_service, seeded_actions, spec, wait_for
 
 from arbiter.client import RemoteClient
-from arbiter.protocol import keys
+from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ClientConflict
 from arbiter.protocol.messages import FLATLAND_RL
 from arbiter.server.service.build import build_service
+from arbiter.server.service.events import EventLog
 
 REPO = str(paths.REPO)
 AGENT = os.path.join(paths.SUPPORT, "seeded_agent_main.py")
@@ -281,6 +282,45 @@ def test_a_leftover_env_create_from_before_a_resume_hands_out_no_episode(
     assert summary["episodes"] == {
         "total": 3, "recorded": 3, "finished": 3, "timed_out": 0, "abandoned": 0, "skipped": 0
     }  # fmt: skip
+
+
+def test_a_request_sent_once_the_resumed_evaluator_has_announced_itself_is_served_at_once(
+    redis_url, redis_conn, service_id, tiny_tests, tmp_path, monkeypatch
+):
+    """The started event says the evaluator serves: what an agent that lived through the restart
+    sends from then on is answered, never taken for a request to the evaluator that was killed
+    (which the agent would have to send again, a resend interval later)."""
+    results = str(tmp_path / "r")
+    with running_service(spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        _,
+    ):
+        # Resent only after a minute: a dropped request would go unanswered within this test.
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, resend_after_s=60)
+        client.env_create()
+        play_episode(client, 0)
+        wait_for(lambda: read_episodes(results, missing_ok=True), what="episode 0 written")
+        service.request_stop("killed")
+
+    # The agent sends its next ENV_CREATE the instant the resumed evaluator's started event is out.
+    channels: list[str] = []
+    announce = EventLog.started
+
+    def announce_then_the_agent_sends(self: EventLog, *args: object, **kwargs: object) -> None:
+        announce(self, *args, **kwargs)
+        channels.append(client._new_channel())
+        redis_conn.lpush(keys.commands_key(service_id), client._tagged(FLATLAND_RL.ENV_CREATE, {}, channels[0]))
+
+    monkeypatch.setattr(EventLog, "started", announce_then_the_agent_sends)
+    with running_service(
+        spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id, resume=True
+    ) as (resumed, _):
+        assert len(channels) == 1, "the resumed evaluator announced itself once"
+        found = redis_conn.blpop([channels[0]], timeout=3)  # within the connection's own 5 s
+        assert found is not None, "the request sent after the started event was dropped as a leftover"
+        reply = codec.decode(found[1], codec.REPLY_LIMITS)
+        assert reply["type"] == FLATLAND_RL.ENV_CREATE_RESPONSE, reply
+        assert resumed.evaluation.counters.get("leftover_requests", 0) == 0
 
 
 # A RemoteEnv agent that plays two steps of its first episode, creates MARKER, then hangs until
