@@ -58,19 +58,24 @@ def test_replies_that_come_within_the_window_are_polled_for(client):
     packets.close()
 
 
+# Asked, it answers a moment later, off the CPU meanwhile: the poller's first looks find nothing.
+# (Answering at once, it can be in before the poller's first look: the kernel may run a task it
+# wakes ahead of the one running there, and the poller then has no cause to give its CPU away.)
 SENDER = """
-import os, sys, redis
+import os, sys, time, redis
 os.sched_setaffinity(0, {int(sys.argv[2])})
 r = redis.Redis.from_url(sys.argv[1], socket_timeout=10)
 r.client_setname("sender")
 r.blpop("go", 10)
+time.sleep(0.1)
 r.rpush("reply", b"z")
 """
 
 
 def test_the_poller_gives_its_cpu_away_to_a_sender_that_shares_it(client, redis_conn, redis_url, monkeypatch):
-    """The reply's sender runs on the poller's only CPU: it can answer because the poller yields
-    that CPU between looks at its socket, and the wait is still a polled hit."""
+    """The reply's sender runs on the poller's only CPU and answers a moment after it is asked:
+    the poller gives that CPU away between its looks at the socket, and the wait is still a
+    polled hit."""
     yields = []
 
     def counted_yield() -> None:
