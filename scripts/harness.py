@@ -157,13 +157,17 @@ class Processes:
             time.sleep(0.02 if pending else 0)
 
     def stop_all(self) -> None:
-        running = [p for p in self.procs if p.popen.poll() is None]
+        self.stop(self.procs)
+
+    def stop(self, procs: list[Proc], grace_s: float = 5.0) -> None:
+        """SIGTERM those of ``procs`` still running, by pid; SIGKILL any left after ``grace_s``."""
+        running = [p for p in procs if p.popen.poll() is None]
         for proc in running:
             with contextlib.suppress(ProcessLookupError):  # it exited since the check
                 os.kill(proc.popen.pid, signal.SIGTERM)
         for proc in running:
             try:
-                proc.popen.wait(timeout=5)
+                proc.popen.wait(timeout=grace_s)
             except subprocess.TimeoutExpired:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(proc.popen.pid, signal.SIGKILL)

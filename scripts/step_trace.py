@@ -6,9 +6,10 @@ kernel's scheduler events: nothing is added to the measured processes.
     python scripts/step_trace.py --from-events FILE --pids AGENT,EVALUATOR,REDIS
 
 Each path of ``bench_remote_env.py`` named (``remote``: RemoteEnv against ``arbiter serve``;
-``floor``: the same packets and Redis commands with no protocol) plays one run of ``--steps``
+``floor``: the same packets and Redis commands with no protocol) plays one run of up to ``--steps``
 CartPole steps as that benchmark plays it; once its agent has run ``--settle-s``, ``perf record``
-takes the scheduler's wake-ups and switches on every CPU for ``--trace-s``. A step leaves two
+takes the scheduler's wake-ups and switches on every CPU for ``--trace-s``, and the run is stopped
+there (what it would play after the trace is measured by ``bench_remote_env.py``). A step leaves two
 marks there: the agent's request wakes Redis, and the evaluator's reply (with its next wait) wakes
 Redis again; after each, Redis goes back to sleep once it has passed the message on. Each step
 splits into
@@ -159,6 +160,7 @@ def summary(trace: Trace) -> dict[str, Any]:
     return {
         "steps": len(steps),
         "traced_s": trace.span_us / 1e6,
+        "traced_steps_per_s": len(steps) / (trace.span_us / 1e6) if trace.span_us > 0 else 0.0,
         "segments": segments,
         "woke_redis_on_another_cpu": {w: trace.crossed[w] / trace.writes[w] for w in trace.writes if trace.writes[w]},
         "cpu_shares": shares,
@@ -166,9 +168,8 @@ def summary(trace: Trace) -> dict[str, Any]:
 
 
 def print_summary(name: str, result: dict[str, Any]) -> None:
-    print(f"\n{name}: {result['steps']} whole steps in {result['traced_s']:.2f} s traced", end="")
-    run_rate = result.get("steps_per_s")
-    print(f" (the run: {run_rate:,.0f} steps/s)" if run_rate else "")
+    print(f"\n{name}: {result['steps']} whole steps in {result['traced_s']:.2f} s traced "
+          f"({result['traced_steps_per_s']:,.0f} steps/s)")  # fmt: skip
     if not result["segments"]:
         print("  no whole step in the trace")
         return
@@ -229,13 +230,17 @@ def trace_path(bench: Any, session: Any, perf: str, path: str, args: argparse.Na
     if not runner.is_alive():
         raise TraceError(f"the {path} run ended before its trace began: give it more --steps")
     lines = record(perf, session.workdir / f"{label}.data", args.trace_s)
+    ended = [name for name in names if procs[name].popen.poll() is not None]
+    if ended:  # it failed, or played its last step while traced: the trace holds idle time too
+        runner.join(args.timeout)
+        raise TraceError(f"the {path} run ended while it was traced (give it more --steps): {outcome.get('result')}")
+    # Traced: the rest of the run would add nothing to the figures, so both of its processes are
+    # stopped now (by pid), and the run's own ending, an error, is not read.
+    session.procs.stop([procs[name] for name in names])
     runner.join(args.timeout)
-    result = outcome.get("result")
-    if not isinstance(result, dict):
-        raise TraceError(f"the {path} run failed: {result}")
     agent, evaluator = (procs[name].popen.pid for name in names)
     redis = int(session.conn.info()["process_id"])
-    return {**summary(read_events(lines, agent, evaluator, redis)), "steps_per_s": result["steps_per_s"]}
+    return summary(read_events(lines, agent, evaluator, redis))
 
 
 def _guarded(call: Any, *args: Any) -> Any:
@@ -268,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         description=__doc__.split("\n\n")[0], formatter_class=argparse.RawTextHelpFormatter
     )
-    parser.add_argument("--steps", type=int, default=60_000, help="CartPole steps per run (default 60,000)")
+    parser.add_argument("--steps", type=int, default=60_000,
+                        help="the most CartPole steps a run takes: it stops once traced (default 60,000)")  # fmt: skip
     parser.add_argument("--settle-s", type=float, default=1.5, help="run time before the trace (default 1.5)")
     parser.add_argument("--trace-s", type=float, default=0.5, help="how long to trace (default 0.5)")
     parser.add_argument("--paths", default="remote,floor", help="of remote and floor (default both)")

@@ -88,6 +88,7 @@ def test_a_known_trace_splits_into_its_steps(tmp_path: Path) -> None:
     assert result["cpu_shares"]["agent"] == {"1": pytest.approx(1.0)}
     assert result["cpu_shares"]["evaluator"] == {"0": pytest.approx(1.0)}
     assert result["traced_s"] == pytest.approx(343e-6, abs=1e-9)
+    assert result["traced_steps_per_s"] == pytest.approx(3 / 343e-6)
     assert "evaluator" in completed.stdout and "woke Redis on another CPU" in completed.stdout
 
 
@@ -107,13 +108,16 @@ def test_remote_and_floor_steps_traced_live(tmp_path: Path) -> None:
     if refusal is not None:
         pytest.skip(refusal)
     out = tmp_path / "trace.json"
-    completed = run_step_trace("--steps", "25000", "--settle-s", "1.0", "--trace-s", "0.2", "--json", str(out),
+    # Ten million steps would take either path many minutes: the runs end within the timeout only
+    # because each is stopped once traced.
+    completed = run_step_trace("--steps", "10000000", "--settle-s", "1.0", "--trace-s", "0.2", "--json", str(out),
                                cwd=tmp_path, timeout_s=220)  # fmt: skip
     assert completed.returncode == 0, f"{completed.stdout[-3000:]}\n{completed.stderr[-3000:]}"
     results = json.loads(out.read_text(encoding="utf-8"))
     assert set(results) == {"remote", "floor"}
     for path, result in results.items():
         assert result["steps"] >= 50, path
+        assert result["traced_steps_per_s"] == pytest.approx(result["steps"] / result["traced_s"]), path
         segments = result["segments"]
         parts = sum(segments[s]["mean_us"] for s in ("agent", "request", "evaluator", "reply"))
         assert math.isclose(parts, segments["step"]["mean_us"], rel_tol=1e-9), path
