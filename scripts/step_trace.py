@@ -212,7 +212,7 @@ def record(perf: str, out: Path, seconds: float) -> list[str]:
 
 
 def trace_path(bench: Any, session: Any, perf: str, path: str, args: argparse.Namespace) -> dict[str, Any]:
-    """One run of ``path`` (bench_remote_env's), traced once its agent has settled."""
+    """One run of ``path`` (bench_remote_env's), traced once its agent has settled, then stopped."""
     label = f"trace-{path}"
     names = {"remote": (f"agent-{label}", f"serve-{label}"), "floor": (f"floor-{label}", f"floor-env-{label}")}[path]
     outcome: dict[str, Any] = {}

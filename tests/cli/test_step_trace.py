@@ -1,6 +1,6 @@
 """scripts/step_trace.py splits remote steps into the agent's, Redis's and the evaluator's parts from
 the kernel's scheduler events: on a trace whose every step is known, and live where perf may record
-scheduler events on every CPU."""
+scheduler events on every CPU, each run stopped once traced."""
 
 from __future__ import annotations
 
