@@ -87,7 +87,7 @@ def build_service(
             transport.clear()  # the events stream too: a watcher sees this evaluation only
         # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
         # sends it again): counted before the started event, so a request sent once the event is
-        # out is served, never taken for a leftover and left for the client's resend.
+        # out is handled, never taken for a leftover and left for the client's resend.
         service = EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
     except BaseException:
         events.close()
