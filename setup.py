@@ -49,6 +49,7 @@ setup(
         "dev": [
             "pytest>=8",
             "pytest-timeout",
+            "pytest-xdist",  # the tests run on one worker per CPU (pyproject.toml's addopts)
             "hypothesis",
             "ruff",
             "mypy",

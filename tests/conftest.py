@@ -6,11 +6,15 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+from alone import MARKER as ALONE
+from alone import holding
 from report_pages import CHROMIUM_INSTALL
 
 from arbiter.client.deadline_guard import release_logging_locks
@@ -25,6 +29,45 @@ sys.setswitchinterval(0.001)
 # for them and once died there. Set before grpc is imported: the children stay single-threaded,
 # as a worker's are (an `arbiter worker` never loads grpc).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
+# --- Workers: one per CPU, and the tests marked `alone` with nothing beside them --------------
+# (tests/support/alone.py says why and how). The lock's folder is made by the run's controller
+# and handed to its workers.
+
+ALONE_FOLDER = "arbiter_alone_folder"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """``-n auto``: one worker per CPU this run may use (its affinity), not per CPU the machine has."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node) -> None:  # the controller, for each worker it starts
+    config = node.config
+    if not hasattr(config, ALONE_FOLDER):
+        setattr(config, ALONE_FOLDER, tempfile.mkdtemp(prefix="arbiter-tests-"))
+    node.workerinput[ALONE_FOLDER] = getattr(config, ALONE_FOLDER)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if hasattr(config, ALONE_FOLDER):  # the controller, once every worker has finished
+        shutil.rmtree(getattr(config, ALONE_FOLDER), ignore_errors=True)
+
+
+@pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: the wait is not the test's time
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    folder = getattr(item.config, "workerinput", {}).get(ALONE_FOLDER)
+    if folder is None:  # the tests run one after the other anyway
+        yield
+        return
+    with holding(Path(folder), alone=item.get_closest_marker(ALONE) is not None):
+        yield
+
 
 # --- Logging's lock: never left held by a test ------------------------------------------------
 

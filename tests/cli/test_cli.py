@@ -75,6 +75,7 @@ def test_run_with_the_example_agent(redis_url, service_id, tiny_tests, tmp_path)
     assert rescored.returncode == 0 and "matches summary.json" in rescored.stdout
 
 
+@pytest.mark.alone  # port 6379, which any other test's `arbiter run` takes when it is free
 def test_run_with_the_legacy_starter_kit_agent_on_the_embedded_redis(tmp_path, tiny_tests):
     """Unmodified FlatlandRemoteClient defaults: Redis on 127.0.0.1:6379, service id from the env."""
     if not port_is_free("127.0.0.1", 6379):

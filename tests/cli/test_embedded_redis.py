@@ -167,6 +167,7 @@ def test_stop_is_idempotent():
     assert server.pid is None
 
 
+@pytest.mark.alone  # port 6379, which any other test's `arbiter run` takes when it is free
 def test_default_port_prefers_6379_when_free():
     expected = 6379 if port_is_free("127.0.0.1", 6379) else None
     server = EmbeddedRedis()

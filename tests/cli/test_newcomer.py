@@ -47,7 +47,8 @@ def end(process: subprocess.Popen) -> None:
 
 class Port6379Busy:
     """Port 6379 taken while the block runs (by a listening socket of this test when it is free),
-    so that an embedded Redis has to listen elsewhere."""
+    so that an embedded Redis has to listen elsewhere. Its tests run ``alone``: another test's
+    `arbiter run` could take the port, and let it go, meanwhile."""
 
     def __enter__(self) -> Port6379Busy:
         self.holder = None
@@ -75,6 +76,7 @@ def test_the_example_agent_prints_one_short_line_even_under_quiet(redis_url, ser
     assert done.stderr == ""  # --quiet: the evaluator says nothing when all goes well
 
 
+@pytest.mark.alone  # port 6379, which any other test's `arbiter run` takes when it is free
 def test_the_legacy_example_ends_with_one_short_line(tiny_tests, tmp_path):
     if not port_is_free("127.0.0.1", 6379):
         pytest.skip("port 6379 is taken on this machine; flatland's own client knows no other")
@@ -90,6 +92,7 @@ def test_the_legacy_example_ends_with_one_short_line(tiny_tests, tmp_path):
 # --- 3 and 4. what a run says, in each format's words ---------------------------------------------
 
 
+@pytest.mark.alone  # port 6379 (Port6379Busy)
 def test_flatland_hints_and_unit_words_for_flatland(redis_url, service_id, tiny_tests, tmp_path):
     with Port6379Busy():
         done = arbiter("run", "--tests", tiny_tests, "--set", "max_episodes=1", "--results", str(tmp_path / "r"),
@@ -100,6 +103,7 @@ def test_flatland_hints_and_unit_words_for_flatland(redis_url, service_id, tiny_
     assert "port 6379 is busy, so the embedded Redis listens on" in done.stderr
 
 
+@pytest.mark.alone  # port 6379 (Port6379Busy)
 def test_a_two_phase_run_says_nothing_of_flatland(tmp_path):
     with Port6379Busy():
         done = arbiter("run", "--competition", "two-phase-cartpole", "--phase", "1", "--set", "num_episodes=2",

@@ -17,6 +17,8 @@ from arbiter.client import RemoteClient, TimeoutException
 from arbiter.client.deadline_guard import BudgetClock, DeadlineGuard
 from arbiter.protocol import keys
 
+pytestmark = pytest.mark.alone  # policies timed against sub-second budgets
+
 FALLBACK = {0: 4, 1: 4}  # both agents STOP_MOVING
 
 

@@ -15,6 +15,8 @@ import pytest
 
 from arbiter.client.deadline_guard import MIN_LIMIT_S, BudgetClock, DeadlineGuard
 
+pytestmark = pytest.mark.alone  # limits timed to fractions of a second
+
 
 def test_a_policy_that_returns_in_time_gives_its_value():
     assert DeadlineGuard().call(1.0, lambda a, b: a + b, (2, 3)) == (True, 5)

@@ -203,4 +203,8 @@ def test_folds_are_forked_on_linux_unless_the_environment_says_otherwise(submiss
         started_as = command_line()
     finally:
         fold.close()
-    assert (b"-c" not in started_as) is forked  # a fresh interpreter runs BOOT with -c; a fork runs as this process
+    if forked:  # a fork runs as this process, whatever started it (a pytest-xdist worker runs with -c)
+        with open("/proc/self/cmdline", "rb") as handle:
+            assert started_as == handle.read().split(b"\0")
+    else:  # a fresh interpreter runs BOOT
+        assert started_as[1:3] == [b"-c", fold_side.BOOT.encode()]

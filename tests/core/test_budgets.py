@@ -15,6 +15,8 @@ from arbiter.client import RemoteClient, TimeoutException
 from arbiter.protocol import codec, keys
 from arbiter.protocol.messages import FLATLAND_RL, request
 
+pytestmark = pytest.mark.alone  # sub-second budgets: a process slowed by another test would change what they decide
+
 
 def client_for(redis_url: str, service_id: str) -> RemoteClient:
     return RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)

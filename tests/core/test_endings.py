@@ -19,6 +19,8 @@ from arbiter.client.wire import Wire
 from arbiter.protocol import keys
 from arbiter.protocol.errors import TimeoutException
 
+pytestmark = pytest.mark.alone  # sub-second budgets: a process slowed by another test would change what they decide
+
 HELLO = {"client": "an endings test", "formats": "server-side"}
 
 

@@ -32,6 +32,8 @@ from arbiter.server.cli.watch import render
 from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.report.page import render_report
 
+pytestmark = pytest.mark.alone  # steps sent at chosen instants around their budgets
+
 STEP_S = 0.3
 BANK_S = 0.5
 SLACK_S = 0.2  # how late the evaluator may handle a step on a loaded machine (it only ever adds)

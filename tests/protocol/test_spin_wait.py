@@ -23,6 +23,8 @@ from arbiter.protocol.redis_conn import Packets, connect
 from arbiter.protocol.spin_wait import MIN_HIT_RATE, SpinWait, usable_cpus, window_from_environment
 from arbiter.server.core.competition import spec_from_dict
 
+pytestmark = pytest.mark.alone  # what a poller does with its CPU depends on what else runs
+
 
 @pytest.fixture
 def client(redis_url):

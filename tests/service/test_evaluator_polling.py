@@ -25,6 +25,8 @@ from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta
 from arbiter.server.service.build import build_service
 from arbiter.server.service.transport import EVALUATOR_WINDOW_US, RedisTransport, StopRequested
 
+pytestmark = pytest.mark.alone  # what a poller does with its CPU depends on what else runs
+
 
 def wait_until_blocked(redis_conn) -> None:
     """Redis holds the evaluator's wait (its BLMOVE) for a request."""

@@ -751,6 +751,7 @@ def timeout_scenario(redis_url: str, service_id: str, tests: str, results: str) 
     return decisions, summary
 
 
+@pytest.mark.alone  # probes sent at chosen instants, within a 0.3 s budget or past it
 def test_f14_absurd_timestamps_and_a_jumping_wall_clock_change_no_decision(
     redis_url, service_id, tiny_tests, tmp_path, monkeypatch
 ):

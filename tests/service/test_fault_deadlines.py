@@ -26,6 +26,8 @@ from arbiter.protocol import codec, keys, messages
 from arbiter.protocol.messages import FLATLAND_RL
 from arbiter.server.service.transport import MAX_BLOCK_S, POLL_MARGIN_S, RedisTransport
 
+pytestmark = pytest.mark.alone  # the instants commands land at are what these tests decide on
+
 MS = 0.001
 OFFSETS_MS = (-1, 0, 1)
 
