@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import redis
+from alone import FOLDER_KEY as ALONE_FOLDER
 from alone import MARKER as ALONE
 from alone import holding
 from report_pages import CHROMIUM_INSTALL
@@ -33,8 +34,6 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 # --- Workers: one per CPU, and the tests marked `alone` with nothing beside them --------------
 # (tests/support/alone.py says why and how). The lock's folder is made by the run's controller
 # and handed to its workers.
-
-ALONE_FOLDER = "arbiter_alone_folder"
 
 
 @pytest.hookimpl(optionalhook=True)

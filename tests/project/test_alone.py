@@ -10,12 +10,12 @@ import threading
 from pathlib import Path
 
 import pytest
-from alone import RUNNING, TURNSTILE, holding
+from alone import FOLDER_KEY, RUNNING, TURNSTILE, holding
 from harness import wait_for
 
 
 def the_runs_lock(request: pytest.FixtureRequest) -> Path:
-    folder = getattr(request.config, "workerinput", {}).get("arbiter_alone_folder")
+    folder = getattr(request.config, "workerinput", {}).get(FOLDER_KEY)
     if folder is None:
         pytest.skip("the tests run one after the other here (-n 0): there is no lock to hold")
     return Path(folder) / RUNNING

@@ -19,6 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 MARKER = "alone"
+# The key under which the run's controller hands its workers the lock's folder.
+FOLDER_KEY = "arbiter_alone_folder"
 TURNSTILE = "turnstile.lock"
 RUNNING = "running.lock"
 
