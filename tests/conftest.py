@@ -19,6 +19,7 @@ from alone import holding
 from report_pages import CHROMIUM_INSTALL
 
 from arbiter.client.deadline_guard import release_logging_locks
+from arbiter.protocol.spin_wait import usable_cpus
 from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
 
 # Evaluators run as threads of the test process here, next to their agents: the same short GIL
@@ -38,11 +39,9 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """``-n auto``: one worker per CPU this run may use (its affinity), not per CPU the machine has."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+    """``-n auto``: one worker per CPU this run may use (its affinity, a container's CPU quota),
+    not per CPU the machine has."""
+    return max(1, int(usable_cpus()))
 
 
 @pytest.hookimpl(optionalhook=True)
