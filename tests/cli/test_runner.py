@@ -16,6 +16,7 @@ import textwrap
 import paths
 import pytest
 from harness import read_summary, wait_for
+from processes import alive
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.progress import Progress
@@ -80,16 +81,6 @@ FAMILY = textwrap.dedent(
     time.sleep(60)
     """
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # A zombie (exited, not yet reaped by its parent) is gone for this purpose.
-    with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
-        return handle.read().split(") ", 1)[1][0] != "Z"
 
 
 def test_an_interrupt_stops_the_agents_whole_process_group(tmp_path):

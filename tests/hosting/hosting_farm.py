@@ -13,6 +13,7 @@ from pathlib import Path
 
 import paths
 from harness import wait_for
+from processes import descendants
 
 from arbiter.server.hosting.submissions import Submission, SubmissionStore
 
@@ -89,27 +90,6 @@ class Workers:
                 stream.close()
 
 
-def descendants(pid: int) -> list[int]:
-    """``pid``'s children, their children and so on (from /proc)."""
-    found: list[int] = []
-    pending = [pid]
-    while pending:
-        current = pending.pop()
-        try:
-            tasks = os.listdir(f"/proc/{current}/task")
-        except FileNotFoundError:
-            continue
-        for task in tasks:
-            try:
-                children = Path(f"/proc/{current}/task/{task}/children").read_text().split()
-            except FileNotFoundError:
-                continue
-            for child in map(int, children):
-                found.append(child)
-                pending.append(child)
-    return found
-
-
 def kill_tree(pid: int) -> list[int]:
     """SIGKILL ``pid`` with everything it started, as a lost machine would: every process group
     among them (the worker's, its work-horse's, the agent's). Returns the pids it killed."""
@@ -126,14 +106,6 @@ def kill_tree(pid: int) -> list[int]:
         except ProcessLookupError:
             pass
     return everyone
-
-
-def alive(pid: int) -> bool:
-    try:
-        status = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return status != "Z"
 
 
 def wait_state(store: SubmissionStore, submission_id: str, *states: str, timeout_s: float = 60) -> Submission:

@@ -13,7 +13,8 @@ import time
 import pytest
 import redis
 from harness import read_episodes, read_events, read_summary, wait_for
-from hosting_farm import Workers, alive, arbiter, competition_file, kill_tree, seeded_agent, wait_lines, wait_state
+from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_agent, wait_lines, wait_state
+from processes import alive
 
 from arbiter.server.hosting.farm import submit
 from arbiter.server.hosting.submissions import FINISHED, RUNNING, SubmissionStore

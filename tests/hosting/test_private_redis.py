@@ -21,6 +21,7 @@ import pytest
 import redis
 from harness import finish, read_episodes, read_summary, running_service, wait_for
 from hosting_farm import REPO, competition_file, seeded_agent, wait_state
+from processes import alive
 
 from arbiter.protocol import keys
 from arbiter.server.cli import embedded_redis
@@ -33,14 +34,6 @@ from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, Su
 
 SERVICE = "sub-private-1"
 FLOOD_AGENT = paths.SUPPORT / "flood_agent_main.py"
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state != "Z"
 
 
 def test_the_agent_gets_its_own_user_on_a_socket_and_the_evaluator_the_rest(monkeypatch) -> None:

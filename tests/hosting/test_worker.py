@@ -11,7 +11,8 @@ import time
 import pytest
 import redis
 from harness import read_summary, wait_for
-from hosting_farm import Workers, alive, arbiter, competition_file, descendants, kill_tree, seeded_agent, wait_state
+from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_agent, wait_state
+from processes import alive, descendants
 from rq.job import Job
 
 from arbiter.server.hosting.farm import submit

@@ -22,6 +22,7 @@ from pathlib import Path
 import paths
 import pytest
 from harness import play_episode, read_episodes, read_events, spec, wait_for
+from processes import alive
 
 from arbiter.client import RemoteClient
 from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
@@ -191,15 +192,6 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie, waiting for its parent to reap it, runs nothing)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    return stat.rpartition(")")[2].split()[0] != "Z"
-
-
 class LocalRun:
     """`arbiter run` of the agent above on the embedded Redis, started in its own process group
     as a shell starts a foreground job; every process of it is known once the agent plays."""
@@ -233,11 +225,11 @@ class LocalRun:
         return path.read_text().split() if path.exists() else []
 
     def all_gone(self) -> bool:
-        return self.process.poll() is not None and not any(running(pid) for pid in self.pids)
+        return self.process.poll() is not None and not any(alive(pid) for pid in self.pids)
 
     def clean_up(self) -> None:
         for pid in self.pids:
-            if running(pid):
+            if alive(pid):
                 os.kill(pid, signal.SIGKILL)
         end(self.process)
 

@@ -34,6 +34,7 @@ import numpy as np
 import paths
 import pytest
 from harness import finish, read_episodes, read_summary, running_service, wait_for
+from processes import alive
 
 from arbiter.client import metalc as runner
 from arbiter.client.wire import Wire
@@ -331,15 +332,6 @@ def test_what_a_folds_agent_started_ends_with_its_fold(data_dir, redis_url, serv
         assert not status.exists() or "State:\tZ" in status.read_text(), pid
 
 
-def running(pid: int) -> bool:
-    """Whether process ``pid`` still runs (a zombie its new parent has yet to reap does not)."""
-    status = Path(f"/proc/{pid}/status")
-    try:
-        return "State:\tZ" not in status.read_text()
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
 def test_a_stopped_runner_leaves_no_fold_running(data_dir, redis_url, service_id, tmp_path, stop):
     submission = tmp_path / "submission"
@@ -364,10 +356,10 @@ def test_a_stopped_runner_leaves_no_fold_running(data_dir, redis_url, service_id
                 assert line, said[-3000:]  # the runner ended before the fold's agent said its pid
             pid, workdir = line[len(REPORT_PREFIX) :].split()
             fold = int(pid)
-            assert running(fold)
+            assert alive(fold)
             player.send_signal(stop)
             player.wait(timeout=10)
-            wait_for(lambda: not running(fold), timeout_s=10, what="the fold's process to end")
+            wait_for(lambda: not alive(fold), timeout_s=10, what="the fold's process to end")
         finally:
             if player.poll() is None:
                 player.kill()
