@@ -2,7 +2,7 @@
 
 A process can exit between opening one of its /proc files and reading it: the read then fails
 with ESRCH (ProcessLookupError), not ENOENT. Both mean the process is gone, so the helpers here
-treat them alike; a copy that caught only FileNotFoundError failed a test once it raced an exit.
+treat them alike: a test that waits for a process to end must not fail on the instant it ends.
 """
 
 from __future__ import annotations
