@@ -12,7 +12,7 @@ import pytest
 
 grpc = pytest.importorskip("grpc")  # diambra-arena's way to its engine
 
-from harness import in_forked_child  # noqa: E402
+from harness import in_forked_child, wait_for  # noqa: E402
 
 GRPC_THREADS = ("event_engine", "grpc_global_tim", "lifeguard")  # their names in /proc
 
@@ -30,7 +30,8 @@ def native_threads() -> list[str]:
 def test_a_forked_child_of_the_test_process_runs_no_grpc_threads():
     channel = grpc.insecure_channel("127.0.0.1:1")  # as diambra-arena opens one to its engine
     try:
-        assert any(name.startswith(GRPC_THREADS) for name in native_threads())  # grpc runs here
+        # grpc runs here: its threads start with the channel, and a thread takes its name once it runs
+        wait_for(lambda: any(name.startswith(GRPC_THREADS) for name in native_threads()), what="grpc's threads")
 
         def grpc_threads_a_moment_after_the_fork() -> list[str]:
             time.sleep(0.2)  # grpc's fork support starts its threads again at once after the fork
