@@ -8,8 +8,10 @@ socket only, in a folder a container mounts (containers.py); its memory is bound
 competition's ``[hosting] redis_memory``, past which writes are refused, never evicted: an agent
 that floods it fills its own evaluation's Redis, no other's, and is stopped for it (``full``:
 the evaluation cannot go on in a Redis that refuses its writes). It stops with the evaluation and
-cannot outlive its work-horse (``die_with_parent``), however the horse ends; the folder a killed
-horse's Redis leaves behind is removed by a later attempt on the machine (``remove_abandoned``).
+cannot outlive its work-horse (``die_with_parent``), however the horse ends. Its folder is named
+after the process that started it (the horse): the folder a killed horse's Redis leaves behind
+is removed once that process has ended, by the worker as soon as it has reaped its horse, or by
+the next attempt on the machine when the worker was lost too (``remove_abandoned``).
 """
 
 from __future__ import annotations
@@ -33,7 +35,8 @@ log = logging.getLogger(__name__)
 
 PASSWORD_BYTES = 24
 FOLDER_PREFIX = "arbiter-evaluation-redis-"
-# A folder younger than this may belong to a Redis still starting (its socket not there yet).
+# A folder whose name does not say which process started it, younger than this, may belong to
+# a Redis still starting (its socket not there yet).
 ABANDONED_AFTER_S = 120.0
 CHECK_TIMEOUT_S = 1.0  # a look at the server's memory that takes longer says nothing
 # Full: past this share of its bound. Redis refuses a write that would take it past the bound
@@ -66,7 +69,7 @@ class PrivateRedis:
             maxmemory_bytes=memory_bytes,
             config_lines=[config_line(rule)],
             die_with_parent=True,
-            folder_prefix=FOLDER_PREFIX,
+            folder_prefix=f"{FOLDER_PREFIX}{os.getpid()}-",  # the horse that starts it (remove_abandoned)
         )
 
     def start(self) -> PrivateRedis:
@@ -135,23 +138,50 @@ class PrivateRedis:
 
 def remove_abandoned(now: float | None = None) -> list[Path]:
     """Remove the folders of evaluation Redis servers that died with their work-horse (a killed
-    worker: the server is gone, its folder is not); returns them. A folder is abandoned when no
-    server answers on its socket and it is older than ``ABANDONED_AFTER_S``."""
+    horse, or a lost worker: the server is gone, its folder is not); returns them. A folder is
+    abandoned when the process that started it has ended (its pid is in the folder's name): the
+    kernel kills its server with it, if it is not dead already. A live process of that pid may be
+    starting a server (or be another that took the pid), so its folder stays. A folder whose name
+    has no pid is abandoned when no server answers on its socket and it is older than
+    ``ABANDONED_AFTER_S``. This user's folders only."""
     now = time.time() if now is None else now
     removed = []
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
         try:
-            if folder.stat().st_uid != os.getuid() or now - folder.stat().st_mtime < ABANDONED_AFTER_S:
-                continue
+            found = folder.stat()
         except OSError:
             continue  # removed meanwhile
-        if _answers(folder / SHARED_SOCKET_FOLDER / UNIX_SOCKET_NAME):
+        if found.st_uid != os.getuid():
+            continue
+        starter = _starter(folder.name)
+        if starter is not None:
+            if _runs(starter):
+                continue
+        elif now - found.st_mtime < ABANDONED_AFTER_S or _answers(folder / SHARED_SOCKET_FOLDER / UNIX_SOCKET_NAME):
             continue
         shutil.rmtree(folder, ignore_errors=True)
         removed.append(folder)
     if removed:
-        log.warning("removed %d folder(s) of evaluation Redis servers that died with their worker", len(removed))
+        log.warning("removed %d folder(s) of evaluation Redis servers that died with their work-horse", len(removed))
     return removed
+
+
+def _starter(name: str) -> int | None:
+    """The pid in a folder's name (``FOLDER_PREFIX<pid>-...``), or None when it names none."""
+    pid_text, dash, _ = name[len(FOLDER_PREFIX) :].partition("-")
+    return int(pid_text) if dash and pid_text.isdigit() else None
+
+
+def _runs(pid: int) -> bool:
+    """Whether process ``pid`` still runs. A zombie does not: its server was killed as it exited,
+    and a worker lost with it leaves it for init to reap. Linux's /proc, as ``die_with_parent``."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as it was read
+        return False
+    except OSError:
+        return True  # cannot tell: the folder stays
+    return stat.rpartition(")")[2].split()[0] != "Z"  # the state follows the name, which may hold ")"
 
 
 def _answers(path: Path) -> bool:

@@ -23,6 +23,7 @@ from rq import Worker
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.hosting.backends import get_backend
 from arbiter.server.hosting.job import WorkerSettings, configure, current_settings
+from arbiter.server.hosting.private_redis import remove_abandoned
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue
 from arbiter.server.hosting.reaper import reap, reap_due
 
@@ -56,6 +57,18 @@ class ArbiterWorker(Worker):
                 if sig != signal.SIGKILL:  # a stopped process acts on any other signal once it goes on
                     _signal_groups(groups | frozen, signal.SIGCONT)
             self._abandon_current_job()
+
+    def wait_for_horse(self) -> tuple[int | None, int | None, Any]:
+        """RQ waits here for every work-horse's end; once it is reaped, the folder of the Redis
+        of a horse that was killed is removed (``private_redis.remove_abandoned``), here rather
+        than by a later attempt, which may never come to this machine."""
+        reaped = super().wait_for_horse()
+        if reaped[0] is not None:
+            try:
+                remove_abandoned()
+            except OSError as exc:  # a folder left is removed by a later attempt: never worth failing RQ's watch
+                log.warning("the folders of killed work-horses' Redis servers were not looked for: %s", exc)
+        return reaped
 
     def _abandon_current_job(self) -> None:
         """What the killed horse's attempt runs outside its processes (a container) goes too."""

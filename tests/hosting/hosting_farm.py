@@ -13,8 +13,9 @@ from pathlib import Path
 
 import paths
 from harness import wait_for
-from processes import descendants
+from processes import alive, descendants
 
+from arbiter.server.hosting.private_redis import remove_abandoned
 from arbiter.server.hosting.submissions import Submission, SubmissionStore
 
 REPO = str(paths.REPO)
@@ -83,11 +84,17 @@ class Workers:
         return next(process for process in self.started if process.pid == pid)
 
     def stop_all(self) -> None:
+        """Every worker killed with all it started, as a lost machine would lose them; then the
+        folders of the Redis servers of their killed horses are removed, as a later attempt on
+        the machine would remove them."""
+        killed: list[int] = []
         for process in self.started:
-            kill_tree(process.pid)
+            killed += kill_tree(process.pid)
             process.wait(timeout=10)
             for stream in (process.stdout, process.stderr):
                 stream.close()
+        wait_for(lambda: not any(alive(pid) for pid in killed), what="the killed workers' processes gone")
+        remove_abandoned()
 
 
 def kill_tree(pid: int) -> list[int]:

@@ -85,8 +85,9 @@ def test_the_agent_gets_its_own_user_on_a_socket_and_the_evaluator_the_rest(monk
 
 def test_the_server_dies_with_its_work_horse_and_a_later_attempt_removes_its_folder(monkeypatch) -> None:
     """A work-horse killed with SIGKILL (its process alone, not its group) takes its Redis along;
-    the folder left behind is removed by the next evaluation on the machine, once old enough to
-    be told from one whose server is still starting. A folder of its own for this test's servers."""
+    the folder left behind, named after the horse, is removed by the next evaluation on the
+    machine at once, and that evaluation's own folder stays. A folder of its own for this test's
+    servers."""
     temp = Path(tempfile.mkdtemp(prefix="arbiter-test-"))  # short: a socket's path has a limit
     monkeypatch.setattr(tempfile, "tempdir", str(temp))
     reported = temp / "redis.pid"
@@ -102,19 +103,51 @@ def test_the_server_dies_with_its_work_horse_and_a_later_attempt_removes_its_fol
         wait_for(lambda: reported.exists() and reported.read_text(), what="the horse's Redis started")
         server = int(reported.read_text())
         assert alive(server)
+        (left,) = temp.glob(f"{private_redis.FOLDER_PREFIX}*")
+        assert left.name.startswith(f"{private_redis.FOLDER_PREFIX}{horse.pid}-")
+        assert remove_abandoned() == [], "the folder of a horse that runs stays"
         os.kill(horse.pid, signal.SIGKILL)
         horse.wait(timeout=10)
         wait_for(lambda: not alive(server), timeout_s=5, what="the Redis of the killed horse gone")
-        (left,) = temp.glob(f"{private_redis.FOLDER_PREFIX}*")
         with PrivateRedis("sub-next", 8 << 20) as later_attempt:
-            assert left.exists(), "too young to tell from a server still starting"
-            removed = remove_abandoned(now=time.time() + private_redis.ABANDONED_AFTER_S + 1)
-            assert removed == [left] and not left.exists()
+            assert not left.exists()
             assert later_attempt.socket.exists(), "a live server's folder is kept"
+            (kept,) = temp.glob(f"{private_redis.FOLDER_PREFIX}*")
+            assert kept.name.startswith(f"{private_redis.FOLDER_PREFIX}{os.getpid()}-")
     finally:
         horse.kill()
         horse.wait()
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_a_folder_is_abandoned_once_its_starter_ended_or_if_it_names_none_once_old_and_silent(
+    monkeypatch, tmp_path
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    zombie = subprocess.Popen([sys.executable, "-c", "pass"])
+    os.waitid(os.P_PID, zombie.pid, os.WEXITED | os.WNOWAIT)  # exited, not reaped: a zombie
+    prefix = private_redis.FOLDER_PREFIX
+    folders = {
+        "ended": tmp_path / f"{prefix}{ended.pid}-a1",
+        "zombie": tmp_path / f"{prefix}{zombie.pid}-a2",
+        "running": tmp_path / f"{prefix}{os.getpid()}-a3",
+        "no pid, young": tmp_path / f"{prefix}b4",
+        "no pid, old": tmp_path / f"{prefix}b5",
+        "another kind": tmp_path / f"arbiter-redis-{ended.pid}-c6",
+    }
+    for folder in folders.values():
+        (folder / "socket").mkdir(parents=True)
+    now = time.time()
+    old = now - private_redis.ABANDONED_AFTER_S - 1
+    os.utime(folders["no pid, old"], (old, old))
+    try:
+        removed = remove_abandoned(now=now)
+    finally:
+        zombie.wait()
+    assert sorted(removed) == sorted([folders["ended"], folders["zombie"], folders["no pid, old"]])
+    assert {name for name, folder in folders.items() if folder.exists()} == {"running", "no pid, young", "another kind"}
 
 
 def test_flatland_s_own_client_reaches_the_evaluation_through_the_bridge(tiny_tests, tmp_path) -> None:

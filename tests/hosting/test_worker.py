@@ -6,7 +6,9 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 import redis
@@ -16,6 +18,7 @@ from processes import alive, descendants
 from rq.job import Job
 
 from arbiter.server.hosting.farm import submit
+from arbiter.server.hosting.private_redis import FOLDER_PREFIX
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission
 from arbiter.server.hosting.submissions import (
     CANCELLED,
@@ -98,6 +101,7 @@ def test_a_worker_stopped_at_once_takes_the_agent_with_it(
     worker = workers.start()
     running = wait_state(SubmissionStore(redis_conn), submission.id, RUNNING, timeout_s=30)
     evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid), what="horse + agent")
+    assert private_redis_folders(evaluating), "the horse's Redis has a folder named after it"
 
     # RQ takes the first stop signal for "finish the job first" (it notes when in the worker's
     # record), and a second one, a second or more later, for "now": it kills the work-horse.
@@ -109,6 +113,14 @@ def test_a_worker_stopped_at_once_takes_the_agent_with_it(
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=10) is not None
     wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=5, what="the agent stopped too")
+    # The horse's Redis died with it, and the worker removed that Redis's folder once it reaped it.
+    assert not private_redis_folders(evaluating)
+
+
+def private_redis_folders(starters: list[int]) -> list[Path]:
+    """The folders of evaluation Redis servers started by one of ``starters``."""
+    temp = Path(tempfile.gettempdir())
+    return [folder for pid in starters for folder in temp.glob(f"{FOLDER_PREFIX}{pid}-*")]
 
 
 def test_a_job_enqueued_again_while_it_runs_is_evaluated_once(
