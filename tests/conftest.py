@@ -21,6 +21,7 @@ from report_pages import CHROMIUM_INSTALL
 from arbiter.client.deadline_guard import release_logging_locks
 from arbiter.protocol.spin_wait import usable_cpus
 from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE
 
 # Evaluators run as threads of the test process here, next to their agents: the same short GIL
 # switch interval as the `arbiter` command keeps their deadline checks as prompt as in production.
@@ -80,6 +81,23 @@ def logging_lock_left_free() -> Iterator[None]:
     released = release_logging_locks()
     if released:
         pytest.fail(f"the test left logging's locks held by the main thread ({released} times); freed")
+
+
+# --- Local runs: announced in the session's own folder ----------------------------------------
+
+
+@pytest.fixture(scope="session", autouse=True)
+def runs_announced_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Every `arbiter run` the tests start announces itself in a folder of the session's
+    (``ARBITER_RUNS_DIR``, which their processes inherit), not in the developer's own, where
+    `arbiter watch` would find them and where a run the tests kill would leave its announcement."""
+    previous = os.environ.get(RUNS_DIR_VARIABLE)
+    os.environ[RUNS_DIR_VARIABLE] = str(tmp_path_factory.mktemp("arbiter-runs"))
+    yield
+    if previous is None:
+        os.environ.pop(RUNS_DIR_VARIABLE, None)
+    else:
+        os.environ[RUNS_DIR_VARIABLE] = previous
 
 
 # --- Redis: one private redis-server for the whole session -----------------------------------
