@@ -32,6 +32,12 @@ sys.setswitchinterval(0.001)
 # for them and once died there. Set before grpc is imported: the children stay single-threaded,
 # as a worker's are (an `arbiter worker` never loads grpc).
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+# Every `arbiter run` the tests start announces itself in a folder of this process's, not in the
+# developer's own runs folder, where `arbiter watch` would find them and where a run the tests
+# kill would leave its announcement. Set before the test modules are imported: some copy the
+# environment for their commands then.
+RUNS_FOLDER = tempfile.mkdtemp(prefix="arbiter-test-runs-")
+os.environ[RUNS_DIR_VARIABLE] = RUNS_FOLDER
 
 # --- Workers: one per CPU, and the tests marked `alone` with nothing beside them --------------
 # (tests/support/alone.py says why and how). The lock's folder is made by the run's controller
@@ -56,6 +62,7 @@ def pytest_configure_node(node) -> None:  # the controller, for each worker it s
 def pytest_unconfigure(config: pytest.Config) -> None:
     if hasattr(config, ALONE_FOLDER):  # the controller, once every worker has finished
         shutil.rmtree(getattr(config, ALONE_FOLDER), ignore_errors=True)
+    shutil.rmtree(RUNS_FOLDER, ignore_errors=True)  # every process's own
 
 
 @pytest.hookimpl(hookwrapper=True, tryfirst=True)  # outermost: the wait is not the test's time
@@ -81,23 +88,6 @@ def logging_lock_left_free() -> Iterator[None]:
     released = release_logging_locks()
     if released:
         pytest.fail(f"the test left logging's locks held by the main thread ({released} times); freed")
-
-
-# --- Local runs: announced in the session's own folder ----------------------------------------
-
-
-@pytest.fixture(scope="session", autouse=True)
-def runs_announced_apart(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """Every `arbiter run` the tests start announces itself in a folder of the session's
-    (``ARBITER_RUNS_DIR``, which their processes inherit), not in the developer's own, where
-    `arbiter watch` would find them and where a run the tests kill would leave its announcement."""
-    previous = os.environ.get(RUNS_DIR_VARIABLE)
-    os.environ[RUNS_DIR_VARIABLE] = str(tmp_path_factory.mktemp("arbiter-runs"))
-    yield
-    if previous is None:
-        os.environ.pop(RUNS_DIR_VARIABLE, None)
-    else:
-        os.environ[RUNS_DIR_VARIABLE] = previous
 
 
 # --- Redis: one private redis-server for the whole session -----------------------------------
