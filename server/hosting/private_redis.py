@@ -38,6 +38,7 @@ FOLDER_PREFIX = "arbiter-evaluation-redis-"
 # A folder whose name does not say which process started it, younger than this, may belong to
 # a Redis still starting (its socket not there yet).
 ABANDONED_AFTER_S = 120.0
+PROC = Path("/proc")  # where Linux tells whether the process that started a folder still runs
 CHECK_TIMEOUT_S = 1.0  # a look at the server's memory that takes longer says nothing
 # Full: past this share of its bound. Redis refuses a write that would take it past the bound
 # (counting the write's own bytes as they arrive), so a server short of the bound by less than
@@ -145,7 +146,9 @@ def remove_abandoned(now: float | None = None) -> list[Path]:
     has no pid is abandoned when no server answers on its socket and it is older than
     ``ABANDONED_AFTER_S``. This user's folders only."""
     now = time.time() if now is None else now
-    removed = []
+    removed: list[Path] = []
+    if not PROC.is_dir():  # these servers run on Linux alone (``die_with_parent``), whose /proc tells
+        return removed
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
         try:
             found = folder.stat()
@@ -176,7 +179,7 @@ def _runs(pid: int) -> bool:
     """Whether process ``pid`` still runs. A zombie does not: its server was killed as it exited,
     and a worker lost with it leaves it for init to reap. Linux's /proc, as ``die_with_parent``."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        stat = (PROC / str(pid) / "stat").read_text()
     except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as it was read
         return False
     except OSError:
