@@ -23,6 +23,7 @@ from arbiter.client.metalc_fold import FROM_FOLD_LIMITS, FoldPipeClosed, read_fr
 from arbiter.client.metalc_play import TIMED
 from arbiter.protocol import errors
 from arbiter.protocol.errors import ArbiterError, DecodeError
+from arbiter.protocol.starter_folders import abandoned, starter_prefix
 
 # How a fold's process starts. On Linux it is forked from the runner, which has loaded numpy and
 # arbiter's client but never the agent, and made what a fresh interpreter would be
@@ -75,24 +76,8 @@ FOLD_FOLDER_PREFIX = "arbiter-metalc-fold-"
 
 def remove_abandoned_folds() -> None:
     """Remove the fold folders of runners that no longer run (this user's only)."""
-    root = tempfile.gettempdir()
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return
-    for name in names:
-        pid_text = name[len(FOLD_FOLDER_PREFIX) :].split("-", 1)[0]
-        if not name.startswith(FOLD_FOLDER_PREFIX) or not pid_text.isdigit():
-            continue
-        path = os.path.join(root, name)
-        try:
-            if os.stat(path).st_uid != os.getuid():
-                continue
-            os.kill(int(pid_text), 0)  # raises when no such process runs
-        except ProcessLookupError:
-            shutil.rmtree(path, ignore_errors=True)
-        except OSError:
-            continue
+    for folder in abandoned(FOLD_FOLDER_PREFIX):
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 class FoldProcess:
@@ -105,7 +90,7 @@ class FoldProcess:
         self.to_fold: int | None = None
         self.from_fold: int | None = None
         remove_abandoned_folds()
-        self.root = tempfile.mkdtemp(prefix=f"{FOLD_FOLDER_PREFIX}{os.getpid()}-")
+        self.root = tempfile.mkdtemp(prefix=starter_prefix(FOLD_FOLDER_PREFIX))
         try:
             workdir = os.path.join(self.root, "submission")
             shutil.copytree(submission.folder, workdir)

@@ -16,6 +16,8 @@ import stat
 import tempfile
 from typing import Any
 
+from arbiter.protocol.starter_folders import process_runs
+
 log = logging.getLogger(__name__)
 
 RUNS_DIR_VARIABLE = "ARBITER_RUNS_DIR"
@@ -75,15 +77,7 @@ def withdraw_run(path: str | None) -> None:
 
 
 def _alive(pid: Any) -> bool:
-    if type(pid) is not int or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return type(pid) is int and pid > 0 and process_runs(pid)
 
 
 def local_runs() -> list[dict[str, Any]]:

@@ -28,6 +28,7 @@ from urllib.parse import quote
 
 import redis
 
+from arbiter.protocol.starter_folders import abandoned, starter_of, starter_prefix
 from arbiter.server.cli.embedded_redis import SHARED_SOCKET_FOLDER, UNIX_SOCKET_NAME, EmbeddedRedis
 from arbiter.server.service.acl import config_line, participant_acl
 
@@ -38,7 +39,6 @@ FOLDER_PREFIX = "arbiter-evaluation-redis-"
 # A folder whose name does not say which process started it, younger than this, may belong to
 # a Redis still starting (its socket not there yet).
 ABANDONED_AFTER_S = 120.0
-PROC = Path("/proc")  # where Linux tells whether the process that started a folder still runs
 CHECK_TIMEOUT_S = 1.0  # a look at the server's memory that takes longer says nothing
 # Full: past this share of its bound. Redis refuses a write that would take it past the bound
 # (counting the write's own bytes as they arrive), so a server short of the bound by less than
@@ -70,7 +70,7 @@ class PrivateRedis:
             maxmemory_bytes=memory_bytes,
             config_lines=[config_line(rule)],
             die_with_parent=True,
-            folder_prefix=f"{FOLDER_PREFIX}{os.getpid()}-",  # the horse that starts it (remove_abandoned)
+            folder_prefix=starter_prefix(FOLDER_PREFIX),  # the horse that starts it (remove_abandoned)
         )
 
     def start(self) -> PrivateRedis:
@@ -140,51 +140,27 @@ class PrivateRedis:
 def remove_abandoned(now: float | None = None) -> list[Path]:
     """Remove the folders of evaluation Redis servers that died with their work-horse (a killed
     horse, or a lost worker: the server is gone, its folder is not); returns them. A folder is
-    abandoned when the process that started it has ended (its pid is in the folder's name): the
-    kernel kills its server with it, if it is not dead already. A live process of that pid may be
-    starting a server (or be another that took the pid), so its folder stays. A folder whose name
-    has no pid is abandoned when no server answers on its socket and it is older than
+    abandoned when the process that started it, named in the folder's name, no longer runs: the
+    kernel killed its server with it (``protocol/starter_folders.py``). A folder whose name
+    names none is abandoned when no server answers on its socket and it is older than
     ``ABANDONED_AFTER_S``. This user's folders only."""
     now = time.time() if now is None else now
-    removed: list[Path] = []
-    if not PROC.is_dir():  # these servers run on Linux alone (``die_with_parent``), whose /proc tells
-        return removed
+    removed = abandoned(FOLDER_PREFIX)
     for folder in Path(tempfile.gettempdir()).glob(f"{FOLDER_PREFIX}*"):
+        if starter_of(folder.name, FOLDER_PREFIX) is not None:
+            continue  # judged above by its starter
         try:
-            found = folder.stat()
+            if folder.stat().st_uid != os.getuid() or now - folder.stat().st_mtime < ABANDONED_AFTER_S:
+                continue
         except OSError:
             continue  # removed meanwhile
-        if found.st_uid != os.getuid():
-            continue
-        starter = _starter(folder.name)
-        if starter is not None:
-            if _runs(starter):
-                continue
-        elif now - found.st_mtime < ABANDONED_AFTER_S or _answers(folder / SHARED_SOCKET_FOLDER / UNIX_SOCKET_NAME):
-            continue
+        if not _answers(folder / SHARED_SOCKET_FOLDER / UNIX_SOCKET_NAME):
+            removed.append(folder)
+    for folder in removed:
         shutil.rmtree(folder, ignore_errors=True)
-        removed.append(folder)
     if removed:
         log.warning("removed %d folder(s) of evaluation Redis servers that died with their work-horse", len(removed))
     return removed
-
-
-def _starter(name: str) -> int | None:
-    """The pid in a folder's name (``FOLDER_PREFIX<pid>-...``), or None when it names none."""
-    pid_text, dash, _ = name[len(FOLDER_PREFIX) :].partition("-")
-    return int(pid_text) if dash and pid_text.isdigit() else None
-
-
-def _runs(pid: int) -> bool:
-    """Whether process ``pid`` still runs. A zombie does not: its server was killed as it exited,
-    and a worker lost with it leaves it for init to reap. Linux's /proc, as ``die_with_parent``."""
-    try:
-        stat = (PROC / str(pid) / "stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):  # ESRCH: it ended as it was read
-        return False
-    except OSError:
-        return True  # cannot tell: the folder stays
-    return stat.rpartition(")")[2].split()[0] != "Z"  # the state follows the name, which may hold ")"
 
 
 def _answers(path: Path) -> bool:
