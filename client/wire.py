@@ -30,7 +30,7 @@ from arbiter.protocol.errors import (
     error_from_payload,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
-from arbiter.protocol.redis_conn import Packets, connect, redacted
+from arbiter.protocol.redis_conn import Packets, connect, pack, redacted
 from arbiter.protocol.spin_wait import SpinWait, window_from_environment
 
 log = logging.getLogger(__name__)
@@ -85,9 +85,10 @@ class Wire:
         self.resend_after_s = resend_after_s
         self.session = uuid.uuid4().hex  # binds the evaluation to this client
         self._seq = 0
-        # Reply lists are named by a random prefix and a counter: unique like a fresh uuid each
-        # (no list is ever named twice), for a fraction of its cost on every request.
-        self._channel_prefix = uuid.uuid4().hex[:24]
+        # Reply lists are named by a random part and a counter: unique like a fresh uuid each (no
+        # list is ever named twice), for a fraction of its cost on every request. The list's name
+        # but for its counter is made once; a request appends the counter's 8 hex digits.
+        self._channel_base = keys.response_key(self.service_id, uuid.uuid4().hex[:24])
         self._channels = 0
         self.redis = connect(self.redis_url, socket_timeout_s=self.reply_timeout_s + 10.0)
         # A request and the wait for its reply; the reply is polled for before sleeping on it.
@@ -96,6 +97,7 @@ class Wire:
         self.packets = Packets(self.redis, waiter=self.spin)
         self.commands_key = keys.commands_key(self.service_id)
         self.errors_key = keys.errors_key(self.service_id)
+        self._take_error_packed = pack(("RPOP", self.errors_key))  # in every step's packet: packed once
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
         self.resend_all = False  # arbiter's evaluator answered: every request may be resent
 
@@ -276,9 +278,8 @@ class Wire:
         queued). Only for requests that may be resent: after a connection error it is unknown
         whether the LPUSH landed, and the retry pushes it again. ``take_error``: RPOP the errors
         list first, in the same packet."""
-        commands: list[tuple[Any, ...]] = [("RPOP", self.errors_key)] if take_error else []
-        commands += [("LPUSH", self.commands_key, message), ("BLPOP", channel, block_s)]
-        results = self.packets.run(commands)
+        push_and_wait = ("LPUSH", self.commands_key, message), ("BLPOP", channel, block_s)
+        results = self.packets.run((self._take_error_packed, *push_and_wait) if take_error else push_and_wait)
         if take_error:
             self._folded_error = results[0]
         return results[-1]
@@ -288,13 +289,13 @@ class Wire:
     def _tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
         """The request, with this client's session and next sequence number (server/clients.py)."""
         self._seq += 1
-        ext = dict(payload.get(EXTENSION_KEY, {}))
-        ext.update(session=self.session, seq=self._seq)
-        return codec.encode(request(type_, {**payload, EXTENSION_KEY: ext}, channel))
+        ext = payload.get(EXTENSION_KEY)
+        tags = {"session": self.session, "seq": self._seq}
+        return codec.encode(request(type_, {**payload, EXTENSION_KEY: {**ext, **tags} if ext else tags}, channel))
 
     def _new_channel(self) -> str:
         self._channels += 1
-        return keys.response_key(self.service_id, f"{self._channel_prefix}{self._channels % 2**32:08x}")
+        return f"{self._channel_base}{self._channels & 0xFFFFFFFF:08x}"
 
     def _raise_pending_timeout(self, error: bytes | None) -> None:
         """Raise what the evaluator posted on the errors list, if anything (None: nothing)."""

@@ -80,6 +80,25 @@ def test_each_request_has_the_next_sequence_number_and_its_own_reply_list(redis_
     wire.close()
 
 
+def test_reply_lists_have_valid_names_of_their_own_and_tagging_leaves_the_payload_as_it_was(redis_url, service_id):
+    wire, other = Wire(redis_url, service_id), Wire(redis_url, service_id)
+    names = [wire._new_channel() for _ in range(500)] + [other._new_channel() for _ in range(500)]
+    wire._channels = 2**32 - 2  # the counter's last value, then 0 (a counter starting at 1 gave none)
+    names += [wire._new_channel() for _ in range(2)]
+    assert names[-2].endswith("ffffffff") and names[-1].endswith("00000000")
+    assert len(set(names)) == len(names)
+    assert all(keys.is_valid_response_channel(name, service_id) for name in names)
+    payload = {"action": 1, EXTENSION_KEY: {"reply": True}}
+    message = codec.decode(wire._tagged(FLATLAND_RL.ENV_STEP, payload, names[0]))
+    assert message["payload"] == {"action": 1, EXTENSION_KEY: {"reply": True, "session": wire.session, "seq": 1}}
+    assert message["response_channel"] == names[0]
+    assert payload == {"action": 1, EXTENSION_KEY: {"reply": True}}  # the caller's own maps are not changed
+    bare = codec.decode(wire._tagged(FLATLAND_RL.ENV_CREATE, {}, names[1]))
+    assert bare["payload"] == {EXTENSION_KEY: {"session": wire.session, "seq": 2}}
+    wire.close()
+    other.close()
+
+
 def test_a_session_handed_over_goes_on_numbered_from_where_it_was_and_comes_back(redis_url, redis_conn, service_id):
     first = Wire(redis_url, service_id, reply_timeout_s=0.05)
     with pytest.raises(ServerUnavailable):
