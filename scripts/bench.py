@@ -63,7 +63,7 @@ from bench_flatland_floor import WORKERS as FLOOR_WORKERS
 from bench_report import paths_report, print_table, scale_report
 from bench_runs import Bench
 from bench_workers import WORKERS as PATH_WORKERS
-from harness import BenchSession, add_run_options, alternate_rounds, run_main, write_json
+from harness import BenchSession, add_run_options, alternate_rounds, machine_info, run_main, steal_share, write_json
 
 WORKERS = {**PATH_WORKERS, **FLOOR_WORKERS}
 QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 20, "concurrent": 2, "protocol_steps": 5000}
@@ -71,6 +71,7 @@ QUICK = {"rounds": 1, "warmup": 0, "envs": 2, "memory_episodes": 20, "concurrent
 
 def run_benchmark(args: argparse.Namespace) -> int:
     began = time.monotonic()
+    machine = machine_info("flatland-rl")
     if args.quick:
         args.rounds, args.warmup = QUICK["rounds"], QUICK["warmup"]
         envs, memory_episodes = QUICK["envs"], QUICK["memory_episodes"]
@@ -112,7 +113,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         config = {"testset_seed": TESTSET_SEED, "eval_seed": EVAL_SEED, "rounds": args.rounds,
                   "warmup_rounds": args.warmup, "envs": len(reference), "quick": args.quick, "full": args.full,
                   "tests": str(tests), "agent": AGENT_RULE, "transport": transport}  # fmt: skip
-        report = paths_report(config, runs, pairs, mirrored)
+        report = paths_report(config, machine, runs, pairs, mirrored)
 
         if not args.no_protocol:
             print(f"bench: protocol-only throughput, {proto_n} steps", flush=True)
@@ -129,6 +130,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     if session.failed():
         return 2
     report["total_s"] = time.monotonic() - began
+    report["steal_share"] = steal_share(machine.get("cpu_ticks_start"))
     report["json_path"] = args.json
     write_json(args.json, report)
     print_table(report)

@@ -55,6 +55,7 @@ from harness import (
     Target,
     add_run_options,
     alternate_rounds,
+    benchmark_time_line,
     machine_info,
     machine_line,
     new_service_id,
@@ -62,6 +63,7 @@ from harness import (
     read_results,
     run_main,
     serve_argv,
+    steal_share,
     write_json,
 )
 
@@ -183,11 +185,12 @@ def print_table(report: dict[str, Any]) -> None:
             print(f"  MISMATCH {line}")
     else:
         print("trajectories: every in-process and remote run played the same episodes (seeds, steps, rewards)")
-    print(f"benchmark time: {report['total_s']:.1f} s")
+    print(benchmark_time_line(report))
 
 
 def run_benchmark(args: argparse.Namespace) -> int:
     began = time.monotonic()
+    machine = machine_info()
     wanted = args.shapes.split(",") if args.shapes else [""]
     shapes = [shape for shape in SHAPES if any(word.strip() in shape for word in wanted)]
     runs: dict[str, dict[str, list[dict[str, Any]]]] = {}
@@ -225,11 +228,12 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "rounds": args.rounds,
             "mock_fps": MOCK_FPS,
         },  # fmt: skip
-        "machine": machine_info(),
+        "machine": machine,
         "shapes": {shape: summarise(runs[shape]) for shape in shapes},
         "mismatches": mismatches,
         "profiles": profiles,
         "total_s": time.monotonic() - began,
+        "steal_share": steal_share(machine.get("cpu_ticks_start")),
     }
     write_json(args.json, report)
     print_table(report)

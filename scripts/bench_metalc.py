@@ -74,6 +74,7 @@ from harness import (
     run_main,
     serve_argv,
     spread,
+    steal_share,
     write_json,
 )
 
@@ -256,6 +257,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
     from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta_dataset
 
     began = time.monotonic()
+    machine = machine_info()
     if args.quick:
         args.rounds, args.warmup = QUICK["rounds"], QUICK["warmup"]
     with BenchSession("arbiter-bench-metalc-", script=Path(__file__).resolve(), keep=args.keep) as session:
@@ -289,7 +291,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
             "warmup_rounds": args.warmup,
             "quick": args.quick,
         },  # fmt: skip
-        "machine": machine_info(),
+        "machine": machine,
         "summary": summary,
         "target": TARGET.report(summary[TARGET.ratio]),
         "thresholds": [
@@ -300,6 +302,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         "raw_runs": {name: [{k: v for k, v in r.items() if k != "figures"} for r in runs[name]] for name in PATHS},
         "profile": profile,
         "total_s": time.monotonic() - began,
+        "steal_share": steal_share(machine.get("cpu_ticks_start")),
         "json_path": args.json,
     }
     write_json(args.json, report)

@@ -64,6 +64,7 @@ from harness import (
     run_main,
     serve_argv,
     spread,
+    steal_share,
     write_json,
 )
 
@@ -288,6 +289,7 @@ def run_benchmark(args: argparse.Namespace) -> int:
         },  # fmt: skip
         "profile": profile,
         "total_s": time.monotonic() - began,
+        "steal_share": steal_share(machine.get("cpu_ticks_start")),
         "json_path": args.json,
     }
     write_json(args.json, report)

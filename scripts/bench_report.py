@@ -8,7 +8,7 @@ import statistics
 from typing import Any
 
 from bench_flatland import LOCAL_PATHS, PATHS
-from harness import Target, machine_info, machine_line, median_of, per_round_ratios, spread
+from harness import Target, benchmark_time_line, machine_line, median_of, per_round_ratios, spread
 
 PEERS = ("direct", "lean", "flatland")  # what arbiter's wall time is compared with
 TARGETS = (
@@ -262,7 +262,7 @@ def print_table(report: dict[str, Any]) -> None:
         for line in scale["mismatches"]:
             print(f"  MISMATCH {line}")
     print()
-    print(f"benchmark time: {report['total_s']:.1f} s; raw results: {report.get('json_path') or '(no --json)'}")
+    print(f"{benchmark_time_line(report)}; raw results: {report.get('json_path') or '(no --json)'}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -313,18 +313,20 @@ def ratios_report(runs: dict[str, list[dict[str, Any]]], summaries: dict[str, di
 
 def paths_report(
     config: dict[str, Any],
+    machine: dict[str, Any],
     runs: dict[str, list[dict[str, Any]]],
     pairs: list[list[dict[str, Any]]],
     mirrored: list[dict[str, Any]] = (),
 ) -> dict[str, Any]:
-    """The rounds' part of the report: config, machine, reference, per-path summaries, ratios, checks."""
+    """The rounds' part of the report: config, the machine (``machine_info`` as the benchmark began), reference,
+    per-path summaries, ratios, checks."""
     summaries = {name: summarise_path(runs[name]) for name in PATHS}
     trajectories = check_trajectories(runs, pairs, mirrored)
     reference = runs["direct"][0]["episodes"]
     ratios = ratios_report(runs, summaries)
     return {
         "config": config,
-        "machine": machine_info("flatland-rl"),
+        "machine": machine,
         "reference": reference,
         "paths": summaries,
         "raw_runs": runs,

@@ -19,7 +19,9 @@ judged, its figure as judged (the median of the per-round ratios, or the least f
 where the target says "in every round" or is a figure of its own), the floor where the benchmark
 measures one (its path with arbiter's packets and Redis commands and nothing of the evaluator:
 no evaluator of that protocol can do better on that machine), and met or NOT met. A target that
-its own floor misses is marked so.
+its own floor misses is marked so. Below it, each benchmark's status and time and, where the kernel
+counts it, the share of the CPUs' time the hypervisor took while it ran (steal, /proc/stat): on a
+shared host, what tells a quiet run from a noisy one.
 
 ``--rounds R`` (default 3) is passed to every benchmark; ``--quick`` runs each in its smoke mode
 instead (a few seconds each, for tests); ``--only`` takes a comma-separated list of the names
@@ -47,7 +49,7 @@ import bench_diambra
 import bench_metalc
 import bench_remote_env
 import bench_report
-from harness import machine_info, machine_line, write_json
+from harness import cpu_ticks, machine_info, machine_line, steal_share, write_json
 
 SCRIPTS = Path(__file__).resolve().parent
 FLATLAND_CHECKS_OFF = ["--no-protocol", "--no-memory", "--no-scale", "--no-contention"]
@@ -165,9 +167,10 @@ def run_one(benchmark: Benchmark, rounds: int, quick: bool, folder: Path) -> dic
     json_path = folder / f"{benchmark.name}.json"
     argv = benchmark.argv(rounds, quick, json_path)
     print(f"bench_targets: {benchmark.name}: {' '.join(argv[1:])}", flush=True)
-    began = time.monotonic()
+    began, ticks = time.monotonic(), cpu_ticks()
     status = subprocess.run(argv, cwd=folder, check=False).returncode
-    outcome: dict[str, Any] = {"argv": argv[1:], "status": status, "seconds": time.monotonic() - began}
+    outcome: dict[str, Any] = {"argv": argv[1:], "status": status, "seconds": time.monotonic() - began,
+                               "steal_share": steal_share(ticks)}  # fmt: skip
     if json_path.exists():
         outcome["report"] = json.loads(json_path.read_text(encoding="utf-8"))
     return outcome
@@ -196,7 +199,9 @@ def print_verdicts(
     for name, outcome in outcomes.items():
         state = "checks passed" if outcome["status"] == 0 else f"exit status {outcome['status']}"
         written = "" if "report" in outcome else ", no report written"
-        print(f"{name}: {state}{written}, {outcome['seconds']:.0f} s")
+        steal = outcome.get("steal_share")
+        stolen = "" if steal is None else f", the hypervisor took {steal:.1%} of the CPUs' time (steal)"
+        print(f"{name}: {state}{written}, {outcome['seconds']:.0f} s{stolen}")
     met = sum(v.met for v in verdicts)
     print(f"targets met: {met} of {len(verdicts)}")
     kept = f"in {json_path}, with the verdicts" if json_path else "not kept (--json PATH keeps them)"

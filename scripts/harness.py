@@ -1,7 +1,8 @@
 """What every benchmark in scripts/ is built on: a private redis-server and work folder, the
 measured processes (a benchmark's own ``--worker MODE``, each ``emit``-ting one result line), an
 evaluator started and waited for, rounds that alternate the paths, medians and spreads, the
-target and whether it is met (figures.py), the machine line."""
+target and whether it is met (figures.py), the machine line, and the share of the CPUs' time the
+hypervisor took while a benchmark ran."""
 
 from __future__ import annotations
 
@@ -61,8 +62,45 @@ def guest_halt_poll_ns() -> int | None:
         return None
 
 
+# Linux's count of the CPUs' time since boot, in clock ticks; its first line adds up every CPU.
+PROC_STAT = Path("/proc/stat")
+
+
+def cpu_ticks(stat: Path = PROC_STAT) -> list[int] | None:
+    """The CPUs' time so far as ``[stolen, all]`` clock ticks. Stolen time ("steal") is time in
+    which a vCPU had work and the hypervisor ran something else: on a shared host, what makes a
+    run noisy. None where the kernel does not count it."""
+    try:
+        fields = stat.read_text(encoding="ascii", errors="replace").split("\n", 1)[0].split()
+        # user, nice, system, idle, iowait, irq, softirq, steal; a guest's time is in user already
+        ticks = [int(field) for field in fields[1:9]]
+    except (OSError, ValueError):
+        return None
+    if fields[:1] != ["cpu"] or len(ticks) < 8:
+        return None
+    return [ticks[7], sum(ticks)]
+
+
+def steal_share(since: list[int] | None, stat: Path = PROC_STAT) -> float | None:
+    """The share of the CPUs' time the hypervisor took since ``cpu_ticks()`` gave ``since``; None
+    where it is not counted, or no tick has passed."""
+    now = cpu_ticks(stat)
+    if since is None or now is None or now[1] <= since[1]:
+        return None
+    return (now[0] - since[0]) / (now[1] - since[1])
+
+
+def benchmark_time_line(report: dict[str, Any]) -> str:
+    """The benchmark's time and, where counted, the share of the CPUs' time the hypervisor took
+    meanwhile (``report["steal_share"]``, from ``machine_info``'s ``cpu_ticks_start``)."""
+    steal = report.get("steal_share")
+    said = "" if steal is None else f"; the hypervisor took {steal:.1%} of the CPUs' time meanwhile (steal)"
+    return f"benchmark time: {report['total_s']:.1f} s{said}"
+
+
 def machine_info(*packages: str) -> dict[str, Any]:
-    """The machine a benchmark ran on, the checkout's revision and the versions of ``packages``."""
+    """The machine a benchmark ran on, the checkout's revision and the versions of ``packages``;
+    called as the benchmark starts (its load average, and the CPUs' time counted so far)."""
     from importlib.metadata import version
 
     try:
@@ -72,6 +110,7 @@ def machine_info(*packages: str) -> dict[str, Any]:
         rev = ""
     return {
         "loadavg_start": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+        "cpu_ticks_start": cpu_ticks(),
         "cpus": os.cpu_count(),
         "cpu_model": cpu_model(),
         "guest_halt_poll_ns": guest_halt_poll_ns(),
@@ -355,7 +394,7 @@ def print_checks_and_time(report: dict[str, Any], same: str, where: str) -> None
         print(f"{same}: identical in all {checks['runs_checked']} runs ({where})")
     for line in checks["mismatches"]:
         print(f"  MISMATCH {line}")
-    print(f"benchmark time: {report['total_s']:.1f} s; raw results: {report.get('json_path') or '(no --json)'}")
+    print(f"{benchmark_time_line(report)}; raw results: {report.get('json_path') or '(no --json)'}")
 
 
 def run_main(args: Any, workers: dict[str, Callable[[Any], int]], run: Callable[[Any], int],

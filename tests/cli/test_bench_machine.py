@@ -67,3 +67,41 @@ def test_a_report_saved_without_them_still_prints_its_machine_line(harness) -> N
     )
     line = harness.machine_line({**saved, "cpu_model": "Some CPU", "guest_halt_poll_ns": 200000})
     assert line.startswith("2 CPUs (Some CPU; guest halt polling 200000 ns), Python 3.11.7")
+
+
+def stat_file(folder: Path, name: str, first_line: str) -> Path:
+    path = folder / name
+    path.write_text(f"{first_line}\ncpu0 1 2 3 4 5 6 7 8 0 0\nintr 12345\n", encoding="ascii")
+    return path
+
+
+@pytest.mark.timeout(30)
+def test_the_share_of_the_cpus_time_the_hypervisor_took_is_read_from_the_kernels_counts(harness, tmp_path) -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice: a guest's time is in user already
+    before = stat_file(tmp_path, "before", "cpu  1000 10 300 5000 40 0 50 100 70 0")
+    after = stat_file(tmp_path, "after", "cpu  1600 10 500 5800 40 0 50 400 90 0")
+    assert harness.cpu_ticks(before) == [100, 6500]
+    since = harness.cpu_ticks(before)
+    assert harness.steal_share(since, after) == pytest.approx(300 / 1900)  # 300 of 8,400 - 6,500 ticks
+    assert harness.steal_share(since, before) is None  # no tick has passed
+    assert harness.steal_share(None, after) is None
+    for name, line in (("older", "cpu  1000 10 300 5000"), ("other", "intr 1 2 3 4 5 6 7 8 9"),
+                       ("junk", "cpu  1000 ten 300 5000 40 0 50 100")):  # fmt: skip
+        assert harness.cpu_ticks(stat_file(tmp_path, name, line)) is None, line
+    assert harness.cpu_ticks(tmp_path / "missing") is None
+    assert harness.benchmark_time_line({"total_s": 64.23, "steal_share": 300 / 1800}) == (
+        "benchmark time: 64.2 s; the hypervisor took 16.7% of the CPUs' time meanwhile (steal)"
+    )
+    assert harness.benchmark_time_line({"total_s": 64.23, "steal_share": None}) == "benchmark time: 64.2 s"
+
+
+@pytest.mark.timeout(30)
+def test_a_benchmark_notes_the_kernels_counts_as_it_starts(harness) -> None:
+    ticks = harness.machine_info()["cpu_ticks_start"]
+    if not harness.PROC_STAT.exists():
+        assert ticks is None
+        return
+    stolen, every = ticks
+    assert 0 <= stolen <= every
+    share = harness.steal_share(ticks)
+    assert share is None or 0.0 <= share <= 1.0

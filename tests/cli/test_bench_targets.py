@@ -68,6 +68,17 @@ def test_every_target_of_every_benchmark_is_judged_in_one_run(tmp_path: Path) ->
         assert ("its floor misses it too" in said) is (verdict["floor_met"] is False), line
     assert f"targets met: {sum(v['met'] for v in verdicts)} of {len(verdicts)}" in completed.stdout
 
+    # What the hypervisor took while each benchmark ran, measured around it and by the benchmark itself.
+    counted = Path("/proc/stat").exists()
+    for name, outcome in combined["benchmarks"].items():
+        (line,) = [line for line in lines if line.startswith(f"{name}: checks passed, ")]
+        for share in (outcome["steal_share"], outcome["report"]["steal_share"]):
+            assert (share is not None and 0.0 <= share <= 1.0) if counted else share is None, (name, share)
+        assert line.endswith("of the CPUs' time (steal)") is counted, line
+    own_lines = [line for line in lines if line.startswith("benchmark time: ")]
+    assert len(own_lines) == len(EVERY_BENCHMARK)
+    assert all(("; the hypervisor took " in line) is counted for line in own_lines), own_lines
+
 
 def test_it_refuses_an_unknown_benchmark_before_running_any(tmp_path: Path) -> None:
     refused = subprocess.run([sys.executable, str(BENCH_TARGETS), "--only", "metalc,flatlnd"], cwd=tmp_path,
