@@ -202,6 +202,14 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def creates_phrase(mean_s: float, count: int) -> str:
+    """What the ENV_CREATEs the runner sent inside a fold added to a dataset (one follows a dataset
+    that timed out), or that there were none: every dataset came with the step that ended the last."""
+    if count == 0:
+        return ", with no ENV_CREATE inside a fold (each came with the step that ended the one before),"
+    return f" and the {count} ENV_CREATEs the runner sent inside a fold {mean_s * 1e6:.0f} µs each (mean)"
+
+
 def print_table(report: dict[str, Any]) -> None:
     cfg, s = report["config"], report["summary"]
     print()
@@ -235,9 +243,8 @@ def print_table(report: dict[str, Any]) -> None:
           f"the last dataset's notices first: its event, results.csv's rows) "
           f"{parts['first_step_mean_s'] * 1e6:.0f} µs, the others {others['median'] * 1e6:.0f} µs (means)")  # fmt: skip
     print(f"per dataset: its last step {parts['closing_step_mean_s'] * 1e6:.0f} µs (the record written, the next "
-          f"dataset opened and brought along) and the ENV_CREATEs the runner sent within a fold "
-          f"{parts['create_mean_s'] * 1e6:.0f} µs ({s['creates_within_folds']} of them) against a plain step's "
-          f"{parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
+          f"dataset opened and brought along){creates_phrase(parts['create_mean_s'], s['creates_within_folds'])} "
+          f"against a plain step's {parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
           f"[{dataset['min'] * 1e6:.0f}–{dataset['max'] * 1e6:.0f}]; a fold's first dataset arriving (its "
           f"meta-training data) {parts['fold_create_mean_s'] * 1e3:.1f} ms")  # fmt: skip
     past_disk = [v * 1e6 for v in s["dataset_overhead_past_disk_s"]["per_round"]]

@@ -6,6 +6,7 @@ matching trajectories, sound ratios, each target judged against its peer, the ta
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -200,6 +201,11 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
     assert low <= arbiter["steady_step_mean_s"] <= high
     assert summary["other_step_mean_s"]["per_round"] == [pytest.approx(arbiter["other_step_mean_s"])]
     assert f"the {arbiter['first_steps']} that open a dataset the step before brought" in completed.stdout
+    # the example agent never times out: every dataset came with the step that ended the one before,
+    # and the per-dataset line says so instead of a mean over no ENV_CREATE at all
+    assert arbiter["creates"] == 0 and arbiter["create_mean_s"] == 0
+    assert "with no ENV_CREATE inside a fold (each came with the step that ended the one before)" in completed.stdout
+    assert "0 of them" not in completed.stdout
 
 
 def test_a_benchmark_refuses_bad_options_before_starting_anything(tmp_path: Path) -> None:
@@ -286,3 +292,15 @@ def test_wire_floor_benchmark_measures_frame_sized_replies(tmp_path: Path) -> No
     refused = subprocess.run([sys.executable, str(BENCH_WIRE_FLOOR), "--reply-bytes", "0"], capture_output=True,
                              text=True, timeout=60)  # fmt: skip
     assert refused.returncode == 2 and "--reply-bytes must be at least 1" in refused.stderr
+
+
+def test_metalc_per_dataset_line_names_the_runners_env_creates_only_when_there_were_some(monkeypatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH_METALC.parent))  # the benchmark imports its harness from there
+    spec = importlib.util.spec_from_file_location("bench_metalc_under_test", BENCH_METALC)
+    bench_metalc = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_metalc)
+
+    none = bench_metalc.creates_phrase(0.0, 0)
+    assert "no ENV_CREATE inside a fold" in none and "µs" not in none
+    some = bench_metalc.creates_phrase(412e-6, 3)
+    assert some == " and the 3 ENV_CREATEs the runner sent inside a fold 412 µs each (mean)"
