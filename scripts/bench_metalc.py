@@ -207,6 +207,8 @@ def creates_phrase(mean_s: float, count: int) -> str:
     that timed out), or that there were none: every dataset came with the step that ended the last."""
     if count == 0:
         return ", with no ENV_CREATE inside a fold (each came with the step that ended the one before),"
+    if count == 1:
+        return f" and the ENV_CREATE the runner sent inside a fold {mean_s * 1e6:.0f} µs"
     return f" and the {count} ENV_CREATEs the runner sent inside a fold {mean_s * 1e6:.0f} µs each (mean)"
 
 

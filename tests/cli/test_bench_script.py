@@ -304,3 +304,4 @@ def test_metalc_per_dataset_line_names_the_runners_env_creates_only_when_there_w
     assert "no ENV_CREATE inside a fold" in none and "µs" not in none
     some = bench_metalc.creates_phrase(412e-6, 3)
     assert some == " and the 3 ENV_CREATEs the runner sent inside a fold 412 µs each (mean)"
+    assert bench_metalc.creates_phrase(1e-3, 1) == " and the ENV_CREATE the runner sent inside a fold 1000 µs"
