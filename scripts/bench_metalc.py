@@ -32,10 +32,10 @@ round trip of one step as the fold's process sees it. Then what arbiter adds apa
 processes, from the timings of their requests the runner reports (``Runner.round_trips``), each
 judged on its least favourable round: per suggest inside a dataset (``SUGGEST_TARGET``: the step's
 round trip and the agent's turn in the fold's process, less the in-process cost of a suggest and
-its step) and per dataset
-(``DATASET_TARGET``: what its last step costs beyond a plain one, the finished item's record
-made durable and the next dataset opened and brought along, plus the mean ENV_CREATE the runner
-still sends within a fold, 0 when it sends none), with what the work folder's disk takes to make an
+its step) and per dataset (``DATASET_TARGET``, a mean over the datasets opened inside a fold: what
+the step that ended the one before costs beyond a plain step, the finished item's record made
+durable and the next dataset opened and brought along; for a dataset that followed a timeout, the
+whole round trip of the ENV_CREATE the runner sent for it), with what the work folder's disk takes to make an
 appended record durable, probed after each arbiter run (sync_cost.py): each dataset's figure
 includes it. ``--quick``: a small, fast run for tests (``QUICK``);
 ``--profile DIR``: then one more arbiter run with the evaluator and the runner under py-spy.
@@ -169,7 +169,7 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     overhead_in_folds = [(a["wall_s"] - a["fold_start_s"] - b["wall_s"]) / suggests for a, b in pairs]
     # per round: what a suggest inside a dataset and what a dataset's opening and closing add
     per_suggest = [a["steady_step_mean_s"] + a["turn_mean_s"] - b["wall_s"] / suggests for a, b in pairs]
-    per_dataset = [a["create_mean_s"] + a["closing_step_mean_s"] - a["steady_step_mean_s"] for a, _ in pairs]
+    per_dataset = [dataset_overhead_s(a) for a, _ in pairs]
     # the same less what the evaluator waited for the disk to make each dataset's record durable (a
     # mean over every dataset's record, a fold's last included, whose step brings the next fold's data)
     per_dataset_past_disk = [d - a["record_durable_mean_s"] for d, (a, _) in zip(per_dataset, pairs, strict=True)]
@@ -202,14 +202,33 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     }
 
 
+def dataset_overhead_s(run: dict[str, Any]) -> float:
+    """What opening and closing a dataset adds inside a fold, a mean over the datasets opened there.
+    Most come with the step that ended the one before: that step's round trip less a plain step's.
+    One that follows a dataset that timed out is asked for with an ENV_CREATE, the whole of whose
+    round trip is overhead (the timed-out dataset's record was written at its deadline, off the
+    agent's path)."""
+    closings, creates = run["closing_steps"], run["creates"]
+    if closings + creates == 0:
+        return 0.0
+    closing_extra_s = run["closing_step_mean_s"] - run["steady_step_mean_s"]
+    return (closings * closing_extra_s + creates * run["create_mean_s"]) / (closings + creates)
+
+
 def creates_phrase(mean_s: float, count: int) -> str:
-    """What the ENV_CREATEs the runner sent inside a fold added to a dataset (one follows a dataset
-    that timed out), or that there were none: every dataset came with the step that ended the last."""
+    """The ENV_CREATEs the runner sent inside a fold (one follows a dataset that timed out), which
+    count in the mean per dataset with their whole round trip; or that there were none: every
+    dataset came with the step that ended the last."""
     if count == 0:
-        return ", with no ENV_CREATE inside a fold (each came with the step that ended the one before),"
+        return ", with no ENV_CREATE inside a fold (each dataset came with the step that ended the one before)"
     if count == 1:
-        return f" and the ENV_CREATE the runner sent inside a fold {mean_s * 1e6:.0f} µs"
-    return f" and the {count} ENV_CREATEs the runner sent inside a fold {mean_s * 1e6:.0f} µs each (mean)"
+        return (
+            f", and for the one dataset that followed a timeout the ENV_CREATE the runner sent, {mean_s * 1e6:.0f} µs"
+        )
+    return (
+        f", and for the {count} datasets that followed a timeout the ENV_CREATE the runner sent for each, "
+        f"{mean_s * 1e6:.0f} µs (mean)"
+    )
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -245,8 +264,8 @@ def print_table(report: dict[str, Any]) -> None:
           f"the last dataset's notices first: its event, results.csv's rows) "
           f"{parts['first_step_mean_s'] * 1e6:.0f} µs, the others {others['median'] * 1e6:.0f} µs (means)")  # fmt: skip
     print(f"per dataset: its last step {parts['closing_step_mean_s'] * 1e6:.0f} µs (the record written, the next "
-          f"dataset opened and brought along){creates_phrase(parts['create_mean_s'], s['creates_within_folds'])} "
-          f"against a plain step's {parts['steady_step_mean_s'] * 1e6:.0f} µs: {dataset['median'] * 1e6:.0f} µs "
+          f"dataset opened and brought along) against a plain step's {parts['steady_step_mean_s'] * 1e6:.0f} µs"
+          f"{creates_phrase(parts['create_mean_s'], s['creates_within_folds'])}: {dataset['median'] * 1e6:.0f} µs "
           f"[{dataset['min'] * 1e6:.0f}–{dataset['max'] * 1e6:.0f}]; a fold's first dataset arriving (its "
           f"meta-training data) {parts['fold_create_mean_s'] * 1e3:.1f} ms")  # fmt: skip
     past_disk = [v * 1e6 for v in s["dataset_overhead_past_disk_s"]["per_round"]]

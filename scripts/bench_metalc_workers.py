@@ -84,7 +84,8 @@ def worker_arbiter(args: argparse.Namespace) -> int:
           "folds": len(runner.fold_start_s), "steady_step_mean_s": statistics.fmean(steady),
           "first_step_mean_s": mean_of(trips["first"]), "first_steps": trips["first"]["count"],
           "other_step_mean_s": mean_of(trips["step"]),
-          "closing_step_mean_s": mean_of(trips["closing"]), "creates": trips["create"]["count"],
+          "closing_step_mean_s": mean_of(trips["closing"]), "closing_steps": trips["closing"]["count"],
+          "creates": trips["create"]["count"],
           "create_mean_s": mean_of(trips["create"]), "fold_create_mean_s": mean_of(trips["fold_create"]),
           "last_step_mean_s": mean_of(trips["last"]), "turn_mean_s": mean_of(trips["suggest"])})  # fmt: skip
     return 0

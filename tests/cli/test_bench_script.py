@@ -163,7 +163,9 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
     # what a suggest inside a dataset and what a dataset's opening and closing add, from their parts
     in_process_per_suggest = inprocess["wall_s"] / summary["suggests"]
     suggest = arbiter["steady_step_mean_s"] + arbiter["turn_mean_s"] - in_process_per_suggest
-    dataset = arbiter["create_mean_s"] + arbiter["closing_step_mean_s"] - arbiter["steady_step_mean_s"]
+    # every dataset the folds opened came with the step that ended the one before (no timeouts)
+    assert arbiter["closing_steps"] == summary["datasets"] - arbiter["folds"] and arbiter["creates"] == 0
+    dataset = arbiter["closing_step_mean_s"] - arbiter["steady_step_mean_s"]
     assert summary["suggest_overhead_s"]["per_round"] == [pytest.approx(suggest)]
     assert summary["dataset_overhead_s"]["per_round"] == [pytest.approx(dataset)]
     assert 0 < arbiter["turn_mean_s"] < arbiter["steady_step_mean_s"] < arbiter["closing_step_mean_s"]
@@ -203,7 +205,9 @@ def test_quick_metalc_benchmark_runs_and_reports(tmp_path: Path) -> None:
     # the example agent never times out: every dataset came with the step that ended the one before,
     # and the per-dataset line says so instead of a mean over no ENV_CREATE at all
     assert arbiter["creates"] == 0 and arbiter["create_mean_s"] == 0
-    assert "with no ENV_CREATE inside a fold (each came with the step that ended the one before)" in completed.stdout
+    assert "with no ENV_CREATE inside a fold (each dataset came with the step that ended the one before)" in (
+        completed.stdout
+    )
     assert "0 of them" not in completed.stdout
 
 
@@ -293,15 +297,38 @@ def test_wire_floor_benchmark_measures_frame_sized_replies(tmp_path: Path) -> No
     assert refused.returncode == 2 and "--reply-bytes must be at least 1" in refused.stderr
 
 
-def test_metalc_per_dataset_line_names_the_runners_env_creates_only_when_there_were_some() -> None:
-    # In a process of its own: the benchmark imports scripts/harness.py as ``harness``, a name the
-    # tests' own helpers hold in this process.
-    phrases = subprocess.run(
-        [sys.executable, "-c", "import json, bench_metalc as b; "
-         "print(json.dumps([b.creates_phrase(0.0, 0), b.creates_phrase(412e-6, 3), b.creates_phrase(1e-3, 1)]))"],
+def in_bench_metalc(expression: str) -> object:
+    """``expression`` evaluated with bench_metalc imported as ``b``, in a process of its own: the
+    benchmark imports scripts/harness.py as ``harness``, a name the tests' own helpers hold here."""
+    completed = subprocess.run(
+        [sys.executable, "-c", f"import json, bench_metalc as b; print(json.dumps({expression}))"],
         cwd=BENCH_METALC.parent, capture_output=True, text=True, timeout=60, check=True,
     )  # fmt: skip
-    none, some, one = json.loads(phrases.stdout)
+    return json.loads(completed.stdout)
+
+
+def test_metalc_per_dataset_line_names_the_runners_env_creates_only_when_there_were_some() -> None:
+    none, some, one = in_bench_metalc(
+        "[b.creates_phrase(0.0, 0), b.creates_phrase(412e-6, 3), b.creates_phrase(1e-3, 1)]"
+    )
     assert "no ENV_CREATE inside a fold" in none and "µs" not in none
-    assert some == " and the 3 ENV_CREATEs the runner sent inside a fold 412 µs each (mean)"
-    assert one == " and the ENV_CREATE the runner sent inside a fold 1000 µs"
+    assert (
+        some
+        == ", and for the 3 datasets that followed a timeout the ENV_CREATE the runner sent for each, 412 µs (mean)"
+    )
+    assert one == ", and for the one dataset that followed a timeout the ENV_CREATE the runner sent, 1000 µs"
+
+
+def test_metalc_per_dataset_figure_weighs_each_dataset_by_how_it_was_opened() -> None:
+    # 27 datasets brought by the step that ended the one before (900 µs beyond a plain step's 400)
+    # and 3 asked for with an ENV_CREATE after a timeout (600 µs each): the mean over all 30, not
+    # the ENV_CREATE added to every dataset's figure
+    run = {"closing_steps": 27, "creates": 3, "closing_step_mean_s": 1300e-6, "steady_step_mean_s": 400e-6,
+           "create_mean_s": 600e-6}  # fmt: skip
+    mixed, closings_only, none = in_bench_metalc(
+        f"[b.dataset_overhead_s({run!r}), b.dataset_overhead_s({{**{run!r}, 'creates': 0}}), "
+        f"b.dataset_overhead_s({{**{run!r}, 'closing_steps': 0, 'creates': 0}})]"
+    )
+    assert mixed == pytest.approx((27 * 900e-6 + 3 * 600e-6) / 30)
+    assert closings_only == pytest.approx(900e-6)
+    assert none == 0.0
