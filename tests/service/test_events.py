@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import datetime
 import json
 import socket
 import threading
+import time
 
 import pytest
 from harness import (
@@ -184,3 +186,15 @@ def test_a_resumed_evaluation_appends_its_events(redis_url, redis_conn, service_
     assert events[3]["resumed"] is True and events[3]["episodes_done"] == 1
     assert [e["index"] for e in events if e["event"] == "episode"] == [0, 1, 2]
     assert stream_events(redis_conn, service_id) == events
+
+
+def test_an_events_time_is_written_as_datetime_writes_it():
+    # rounding at the microsecond (up into the next second, at half a microsecond), the first and
+    # last millisecond of a second, seconds in a row (the second's text is kept), and now
+    now = time.time()
+    timestamps = [1764322012.9999996, 1764322012.0000004, 1764322013.0, 1764322013.0005, 1764322013.999,
+                  1764322014.5, 1704067199.9995, 1704067200.0015, 951782400.25, now]  # fmt: skip
+    for timestamp in timestamps:
+        expected = datetime.datetime.fromtimestamp(timestamp, datetime.UTC).isoformat(timespec="milliseconds")
+        assert events.wall_text(timestamp) == expected, timestamp
+    assert datetime.datetime.fromisoformat(events.wall_text(now)).timestamp() == pytest.approx(now, abs=1e-3)
