@@ -189,8 +189,8 @@ def test_a_resumed_evaluation_appends_its_events(redis_url, redis_conn, service_
 
 
 def test_an_events_time_is_written_as_datetime_writes_it():
-    # rounding at the microsecond (up into the next second, at half a microsecond), the first and
-    # last millisecond of a second, seconds in a row (the second's text is kept), and now
+    # rounded at the microsecond (the first one up into the next second), the first and last
+    # millisecond of a second, seconds in a row (the second's text is kept between them), and now
     now = time.time()
     timestamps = [1764322012.9999996, 1764322012.0000004, 1764322013.0, 1764322013.0005, 1764322013.999,
                   1764322014.5, 1704067199.9995, 1704067200.0015, 951782400.25, now]  # fmt: skip
