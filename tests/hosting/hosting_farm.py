@@ -63,21 +63,50 @@ def arbiter(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
     )
 
 
+# The Workers of the test running now: a failing test's report carries what they said and how
+# far each of their evaluations got (conftest.py), which is all that is left of them on CI.
+RUNNING_NOW: list[Workers] = []
+LOG_TAIL_CHARS = 4000
+
+
 class Workers:
-    """`arbiter worker` processes, each in a process group of its own; all stopped at the end."""
+    """`arbiter worker` processes, each in a process group of its own; all stopped at the end.
+    What each says (its output and its errors, with those of the work-horses and agents it
+    starts) goes to a file of its own beside the results, never to a pipe that no one reads, whose
+    buffer, once full, would block it."""
 
     def __init__(self, redis_url: str, results_root: str):
         self.redis_url, self.results_root = redis_url, results_root
+        self.logs_dir = os.path.join(os.path.dirname(os.path.abspath(results_root)), "worker-logs")
         self.started: list[subprocess.Popen] = []
+        self.log_paths: dict[int, str] = {}
+        RUNNING_NOW.append(self)
 
     def start(self, *options: str) -> subprocess.Popen:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", self.redis_url,
-             "--results-root", self.results_root, *options],
-            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, process_group=0,
-        )  # fmt: skip
+        os.makedirs(self.logs_dir, exist_ok=True)
+        log_path = os.path.join(self.logs_dir, f"worker-{len(self.started) + 1}.log")
+        with open(log_path, "w", encoding="utf-8") as log:  # the child holds its own copy
+            process = subprocess.Popen(
+                [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", self.redis_url,
+                 "--results-root", self.results_root, *options],
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, process_group=0,
+            )  # fmt: skip
         self.started.append(process)
+        self.log_paths[process.pid] = log_path
         return process
+
+    def log_of(self, process: subprocess.Popen) -> str:
+        """The end of what ``process`` (one of these workers) has said so far."""
+        with open(self.log_paths[process.pid], encoding="utf-8", errors="replace") as log:
+            return log.read()[-LOG_TAIL_CHARS:]
+
+    def story(self) -> str:
+        """What every worker said, and the last events of every evaluation under the results."""
+        parts = [f"worker {process.pid}:\n{self.log_of(process) or '(nothing)'}" for process in self.started]
+        for events in sorted(Path(self.results_root).glob("*/*/events.jsonl")):
+            lines = events.read_text(encoding="utf-8", errors="replace").splitlines()
+            parts.append(f"{events.parent.name}, its last events:\n" + "\n".join(lines[-5:]))
+        return "\n\n".join(parts)
 
     def by_name(self, worker_name: str) -> subprocess.Popen:
         pid = int(worker_name.rsplit("-", 1)[1])  # arbiter-<host>-<pid>
@@ -91,8 +120,6 @@ class Workers:
         for process in self.started:
             killed += kill_tree(process.pid)
             process.wait(timeout=10)
-            for stream in (process.stdout, process.stderr):
-                stream.close()
         wait_for(lambda: not any(alive(pid) for pid in killed), what="the killed workers' processes gone")
         remove_abandoned()
 

@@ -198,7 +198,7 @@ def test_a_worker_stopped_at_once_takes_the_container_with_it(
         assert worker.wait(timeout=20) is not None
         # the worker's log is read only on a failure (the message is evaluated then alone)
         assert containers_of(submission.id, podman_env) == [], (
-            f"removed with the work-horse it belonged to; the worker said:\n{worker.stderr.read()[-3000:]}"
+            f"removed with the work-horse it belonged to; the worker said:\n{workers.log_of(worker)}"
         )
     finally:
         workers.stop_all()

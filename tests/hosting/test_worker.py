@@ -44,7 +44,7 @@ def test_a_burst_worker_evaluates_the_queue_and_exits(redis_conn, tiny_tests, tm
     first = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent())
     debug = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent(), debug=True)
     worker = workers.start("--burst")
-    assert worker.wait(timeout=60) == 0, worker.stderr.read()
+    assert worker.wait(timeout=60) == 0, workers.log_of(worker)
     store = SubmissionStore(redis_conn)
     assert store.get(first.id).state == store.get(debug.id).state == FINISHED
     assert read_summary(store.get(debug.id).results)["debug"] is True
