@@ -8,9 +8,7 @@ from hosting_farm import RUNNING_NOW
 
 
 @pytest.fixture(autouse=True)
-def no_workers_of_an_earlier_test() -> Iterator[None]:
-    RUNNING_NOW.clear()
-    yield
+def no_workers_of_an_earlier_test() -> None:
     RUNNING_NOW.clear()
 
 

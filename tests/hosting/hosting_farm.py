@@ -13,6 +13,7 @@ from pathlib import Path
 
 import paths
 from harness import wait_for
+from hosted import tail
 from processes import alive, descendants
 
 from arbiter.server.hosting.private_redis import remove_abandoned
@@ -66,7 +67,6 @@ def arbiter(*args: str, timeout_s: float = 30) -> subprocess.CompletedProcess:
 # The Workers of the test running now: a failing test's report carries what they said and how
 # far each of their evaluations got (conftest.py), which is all that is left of them on CI.
 RUNNING_NOW: list[Workers] = []
-LOG_TAIL_CHARS = 4000
 
 
 class Workers:
@@ -79,26 +79,25 @@ class Workers:
         self.redis_url, self.results_root = redis_url, results_root
         self.logs_dir = os.path.join(os.path.dirname(os.path.abspath(results_root)), "worker-logs")
         self.started: list[subprocess.Popen] = []
-        self.log_paths: dict[int, str] = {}
         RUNNING_NOW.append(self)
 
     def start(self, *options: str) -> subprocess.Popen:
         os.makedirs(self.logs_dir, exist_ok=True)
-        log_path = os.path.join(self.logs_dir, f"worker-{len(self.started) + 1}.log")
-        with open(log_path, "w", encoding="utf-8") as log:  # the child holds its own copy
+        with open(self._log_path(len(self.started)), "w", encoding="utf-8") as log:  # the child holds its own copy
             process = subprocess.Popen(
                 [sys.executable, "-m", "arbiter.server.cli", "worker", "--redis-url", self.redis_url,
                  "--results-root", self.results_root, *options],
-                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, text=True, process_group=0,
+                cwd=REPO, stdout=log, stderr=subprocess.STDOUT, process_group=0,
             )  # fmt: skip
         self.started.append(process)
-        self.log_paths[process.pid] = log_path
         return process
+
+    def _log_path(self, index: int) -> Path:
+        return Path(self.logs_dir) / f"worker-{index + 1}.log"
 
     def log_of(self, process: subprocess.Popen) -> str:
         """The end of what ``process`` (one of these workers) has said so far."""
-        with open(self.log_paths[process.pid], encoding="utf-8", errors="replace") as log:
-            return log.read()[-LOG_TAIL_CHARS:]
+        return tail(self._log_path(self.started.index(process)))
 
     def story(self) -> str:
         """What every worker said, and the last events of every evaluation under the results."""
