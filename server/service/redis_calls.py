@@ -8,7 +8,8 @@ A stop must end the evaluation at once whatever Redis does (an orchestrator's SI
 by SIGKILL), so no wait here outlives one: a stop from a signal handler ends the Redis call or
 the outage its thread is in at once (``interrupt_wait``); one from another thread is seen within
 ``STOP_CHECK_S`` between attempts, and a call it cut off (the transport's ``request_stop``) ends
-the evaluation rather than being ridden out as an outage.
+the evaluation rather than being ridden out as an outage. Once a stop is requested, no call
+starts.
 """
 
 from __future__ import annotations
@@ -110,6 +111,10 @@ class OutageRidingCalls:
         self._waiting_thread = threading.get_ident()  # what interrupt_wait looks for
         try:
             while True:
+                # A stop whose signal came between two calls found no wait to end: the call it
+                # would have cut off is not started (to a hung Redis it would wait out the socket).
+                if self.stop_requested:
+                    raise StopRequested
                 sent = time.monotonic()
                 try:
                     return command()

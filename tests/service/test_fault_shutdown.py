@@ -1,9 +1,10 @@
 """Stopping when told to (F12): SIGTERM/SIGINT end an evaluation at once whatever Redis is doing,
 and Ctrl-C in `arbiter run` stops the agent's processes and the embedded Redis with it.
 
-Every test here but the last runs real processes (`arbiter serve`, `arbiter run`, redis-server,
-agents) and signals them for real; times are measured from the signal and kept as test
-properties. The last signals the test process itself, to find the evaluator inside logging.
+Every test here but the last two runs real processes (`arbiter serve`, `arbiter run`,
+redis-server, agents) and signals them for real; times are measured from the signal and kept as
+test properties. The last two stop the evaluator's Redis calls in the test process itself:
+between two calls, and inside logging.
 
 The F-numbers are the rows of the fault table, docs/design/reliability.md.
 """
@@ -306,7 +307,31 @@ def test_ctrl_c_stops_an_agent_that_exits_on_it_without_waiting(service_id, tiny
     assert gone_s < AGENT_INTERRUPT_GRACE_S
 
 
-# --- a stop signal inside logging ----------------------------------------------------------------
+# --- a stop between two Redis calls, and inside logging --------------------------------------------
+
+
+def test_a_stop_asked_between_two_redis_calls_lets_no_further_call_start(redis_url, redis_conn, service_id):
+    """A stop signal that finds the evaluator between two Redis calls (writing its notices, say)
+    has no wait to end. The calls after it must not start: to a hung Redis each would wait out
+    its socket timeout before the stop was seen (once seen as an 11 s stop in CI)."""
+    from arbiter.server.service.transport import RedisTransport, StopRequested
+
+    def calls_made() -> int:
+        stats = redis_conn.info("commandstats")
+        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("llen", "rpush", "eval", "evalsha"))
+
+    transport = RedisTransport(redis_url, service_id)
+    try:
+        assert transport.queued() == 0  # the connection is up and answers before the stop
+        transport.request_stop()  # all the handler does when no wait of this thread is under way
+        before = calls_made()
+        for call in (transport.queued, transport.pop_nowait, lambda: transport.push_error(b"late")):
+            with pytest.raises(StopRequested):
+                call()
+        assert calls_made() == before
+        assert redis_conn.llen(transport.errors_key) == 0
+    finally:
+        transport.close()
 
 
 def test_a_stop_signal_that_finds_the_evaluator_inside_logging_raises_nothing_there(redis_url):
@@ -352,6 +377,7 @@ def test_a_stop_signal_that_finds_the_evaluator_inside_logging_raises_nothing_th
 
         assert calls._call(logs_then_waits) is True  # the signal came inside logging: nothing raised there
         assert emitted == ["Redis unreachable"]
+        calls.stop_requested = False  # else the next call would not start at all
         with pytest.raises(StopRequested):  # a wait the signal finds outside logging ends at once
             calls._call(lambda: (signal.raise_signal(signal.SIGUSR1), time.sleep(5)))
         with pytest.raises(StopRequested):  # and a pause between attempts sees the stop asked earlier
