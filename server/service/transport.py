@@ -345,9 +345,10 @@ class RedisTransport(OutageRidingCalls):
         ``then_wait_s`` the wait for the next request after them (``reply``). A write that fails
         leaves them to go out ahead of the next Redis call, in its packet (which rides out the
         outage); a hung Redis's time spent on the write is downtime, and a stop ends the write at
-        once (``interrupt_wait``)."""
+        once (``interrupt_wait``). Once a stop is requested nothing is written: a reply larger
+        than the socket's buffer would wait out a hung Redis's socket timeout."""
         replies = self.replies
-        if not replies.unwritten:
+        if not replies.unwritten or self.stop_requested:
             return
         self._waiting_thread = threading.get_ident()
         started = time.monotonic()

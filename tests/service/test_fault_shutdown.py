@@ -314,6 +314,7 @@ def test_a_stop_asked_between_two_redis_calls_lets_no_further_call_start(redis_u
     """A stop signal that finds the evaluator between two Redis calls (writing its notices, say)
     has no wait to end. The calls after it must not start: to a hung Redis each would wait out
     its socket timeout before the stop was seen (once seen as an 11 s stop in CI)."""
+    from arbiter.protocol import keys
     from arbiter.server.service.transport import RedisTransport, StopRequested
 
     def calls_made() -> int:
@@ -330,6 +331,12 @@ def test_a_stop_asked_between_two_redis_calls_lets_no_further_call_start(redis_u
                 call()
         assert calls_made() == before
         assert redis_conn.llen(transport.errors_key) == 0
+        # Nor is a reply written, however it would go: at once, or with the next wait.
+        channel = keys.response_key(service_id, "5" * 32)
+        transport.reply(channel, b"late", next_deadline=time.monotonic() + 30.0)
+        transport.reply(channel, b"later")
+        assert len(transport.replies.unwritten) == 2 and transport._wait_sent is None
+        assert transport.packets.unread == 0 and redis_conn.llen(channel) == 0
     finally:
         transport.close()
 
