@@ -1,5 +1,6 @@
 """scripts/bench_redis_capacity.py in its quick mode: its output's structure and the arithmetic
-that ties its figures together (not Redis's speed)."""
+that ties its figures together (not Redis's speed, nor whether this machine drives the modelled
+evaluations at the pace asked: it is checked that the benchmark says so when it does not)."""
 
 from __future__ import annotations
 
@@ -20,9 +21,20 @@ def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
         [sys.executable, str(BENCH), "--quick", "--json", str(out)],
         cwd=tmp_path, capture_output=True, text=True, timeout=110, env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
-    assert done.returncode == 0, f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    output = f"stdout:\n{done.stdout[-3000:]}\nstderr:\n{done.stderr[-3000:]}"
+    assert done.returncode in (0, 1), output
     report = json.loads(out.read_text(encoding="utf-8"))
-    assert report["problems"] == []
+    # The one problem a busy machine may cause: modelled agents that could not keep the pace asked,
+    # whose figures the benchmark then refuses (exit 1). It must be reported exactly where the
+    # figures show it, and nothing else may be.
+    pace_asked = 1 / report["think_s"]
+    slow = [model for model in report["models"] if model["steps_per_s_per_evaluation"] < 0.85 * pace_asked]
+    assert report["problems"] == [
+        f"{model['evaluations']} modelled: {model['steps_per_s_per_evaluation']:.1f} steps/s each, under 85% of "
+        "the pace asked (this machine could not drive them)"
+        for model in slow
+    ], output
+    assert done.returncode == (1 if slow else 0), output
     levels = report["levels"]
     assert [level["evaluations"] for level in levels] == [2, 4]
     for level in levels:
@@ -72,4 +84,7 @@ def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
     verdict = "met" if target["met"] else "NOT met"
     assert f"target evaluations one Redis core carries at 20 steps/s ≥ 1,000 evaluations: {verdict}" in done.stdout
     assert f"Redis's work per agent step at {levels[-1]['evaluations']} at once:" in done.stdout
-    assert "checks: every agent stepped through the window; every evaluation ended SUCCESS" in done.stdout
+    if slow:
+        assert "checks: " + "; ".join(report["problems"]) in done.stdout
+    else:
+        assert "checks: every agent stepped through the window; every evaluation ended SUCCESS" in done.stdout
