@@ -18,6 +18,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Itera
     events of their evaluations: on CI, nothing else of them is kept."""
     outcome = yield
     report = outcome.get_result()
-    if report.failed and RUNNING_NOW:
+    if report.failed:
         for workers in RUNNING_NOW:
             report.sections.append(("arbiter workers", workers.story()))
