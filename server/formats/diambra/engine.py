@@ -106,37 +106,57 @@ def build_single_player_env(env_settings: Any, engine_factory: Callable[..., Any
 
 
 _rng_lock = threading.RLock()
+# Python's module-level draws (random.random, random.choices, random.seed, ...) are bound methods
+# of one hidden generator; these are their names. A private generator stands in for it by putting
+# its own methods under those names: a handful of dictionary writes, where copying the generator's
+# state in and out (getstate, setstate) rebuilds a tuple of 625 ints each way.
+_PROCESS_GENERATOR = random.random.__self__
+_MODULE_DRAWS = tuple(
+    name for name, value in vars(random).items() if getattr(value, "__self__", None) is _PROCESS_GENERATOR
+)
 
 
 class PrivateRandom:
     """Python's and numpy's global generators, as one env sees them.
 
     diambra-arena reseeds both global generators at every reset and draws the role and characters
-    from them; the mock also draws every hit from them. Each env keeps its own generator states
-    and swaps them in around its calls, so nothing else in the process (another env, the server,
-    an agent playing in process) shifts an env's draws, and a seed replays an episode exactly; and
-    the env's reseeding never leaks into the rest of the process."""
+    from them; the mock also draws every hit from them. Each env keeps its own generators and
+    swaps them in around its calls, so nothing else in the process (another env, the server, an
+    agent playing in process) shifts an env's draws, and a seed replays an episode exactly; and
+    the env's reseeding never leaks into the rest of the process.
+
+    Python's generator is swapped by name: while an env is active, the ``random`` module's
+    functions are its own generator's methods (diambra-arena and its mock call them through the
+    module, ``random.choices(...)``). numpy's global generator has no such names and is swapped
+    by state, which is dearer: only where numpy's draws matter (``numpy=True``)."""
 
     def __init__(self) -> None:
-        self._python: Any = None
+        self._python: dict[str, Any] | None = None  # the private generator's methods, by module name
         self._numpy: Any = None
+
+    def _python_draws(self) -> dict[str, Any]:
+        if self._python is None:
+            # First used: it starts where the process's generator stands, as a copy of its state.
+            generator = random.Random()
+            generator.setstate(random.getstate())
+            self._python = {name: getattr(generator, name) for name in _MODULE_DRAWS}
+        return self._python
 
     @contextmanager
     def active(self, *, numpy: bool = True) -> Iterator[None]:
         """``numpy=False`` swaps Python's generator only: a step draws from it alone (numpy's is
-        only reseeded, at reset), and numpy's state costs ~50 µs a swap, a tenth of a mock step."""
+        only reseeded, at reset), and swapping numpy's state costs more than the rest of the swap."""
         with _rng_lock:
-            outer_python = random.getstate()
+            module = vars(random)
+            outer_python = {name: module[name] for name in _MODULE_DRAWS}  # the process's, or an outer env's
             outer_numpy = np.random.get_state() if numpy else None
-            if self._python is not None:
-                random.setstate(self._python)
+            module.update(self._python_draws())
             if numpy and self._numpy is not None:
                 np.random.set_state(self._numpy)
             try:
                 yield
             finally:
-                self._python = random.getstate()
-                random.setstate(outer_python)
+                module.update(outer_python)
                 if numpy:
                     self._numpy = np.random.get_state()
                     np.random.set_state(outer_numpy)

@@ -62,3 +62,48 @@ def test_a_python_only_swap_leaves_numpys_generator_to_the_process(process_gener
     with private.active(numpy=False):
         inside = np.random.random()
     assert inside == np.random.RandomState(5).random()
+
+
+def test_a_private_random_starts_where_the_process_stands_and_leaves_it_there(process_generators):
+    from arbiter.server.formats.diambra.engine import PrivateRandom
+
+    private = PrivateRandom()
+    random.seed(3)
+    with private.active(numpy=False):
+        first = random.random()
+    with private.active(numpy=False):
+        second = random.random()
+    own = random.Random(3)
+    assert [first, second] == [own.random(), own.random()]
+    assert random.random() == random.Random(3).random()  # the process drew nothing meanwhile
+
+
+def test_every_draw_of_the_random_module_is_the_envs_while_it_is_active_and_the_processs_after(process_generators):
+    from arbiter.server.formats.diambra.engine import PrivateRandom
+
+    # the module's functions are bound methods of the process's generator
+    generator = random.random.__self__
+    names = [name for name, value in vars(random).items() if getattr(value, "__self__", None) is generator]
+    process = {name: getattr(random, name) for name in names}
+    assert {"seed", "random", "choices", "randint", "shuffle", "getstate", "setstate"} <= set(names)
+    private = PrivateRandom()
+    with private.active(numpy=False):
+        owners = {getattr(random, name).__self__ for name in names}
+    assert len(owners) == 1 and owners != {generator}
+    assert {name: getattr(random, name) for name in names} == process
+    with pytest.raises(RuntimeError), private.active(numpy=False):  # an error inside puts them back too
+        raise RuntimeError
+    assert {name: getattr(random, name) for name in names} == process
+
+
+def test_an_env_active_inside_another_gives_the_outer_one_its_draws_back(process_generators):
+    from arbiter.server.formats.diambra.engine import PrivateRandom
+
+    outer, inner = PrivateRandom(), PrivateRandom()
+    with outer.active(numpy=False):
+        random.seed(7)
+        with inner.active(numpy=False):
+            random.seed(8)
+            random.random()
+        after_inner = random.random()
+    assert after_inner == random.Random(7).random()
