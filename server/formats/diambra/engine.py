@@ -108,7 +108,7 @@ def build_single_player_env(env_settings: Any, engine_factory: Callable[..., Any
 _rng_lock = threading.RLock()
 # Python's module-level draws (random.random, random.choices, random.seed, ...) are bound methods
 # of one hidden generator; these are their names. A private generator stands in for it by putting
-# its own methods under those names: a handful of dictionary writes, where copying the generator's
+# its own methods under those names: two dozen dictionary writes, where copying the generator's
 # state in and out (getstate, setstate) rebuilds a tuple of 625 ints each way.
 _PROCESS_GENERATOR = random.random.__self__
 _MODULE_DRAWS = tuple(
