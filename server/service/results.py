@@ -27,7 +27,6 @@ import contextlib
 import csv
 import glob
 import hashlib
-import io
 import json
 import logging
 import os
@@ -144,6 +143,13 @@ def item_lines(records: list[dict[str, Any]]) -> bytes:
 # -- writing ------------------------------------------------------------------------------------
 
 
+class _Pieces:
+    """A file for ``csv.writer`` that keeps what is written in ``pieces``."""
+
+    def __init__(self, pieces: list[str]):
+        self.write = pieces.append
+
+
 class ResultsStore:
     def __init__(self, directory: str, csv_columns: list[str], csv_row: Callable[[dict[str, Any]], dict[str, Any]]):
         self.directory = directory
@@ -156,6 +162,10 @@ class ResultsStore:
         self.replays_dir = os.path.join(directory, REPLAYS_DIR)
         self.csv_columns = csv_columns
         self._csv_row = csv_row
+        # One CSV writer for the store's life, writing into a list: results.csv gets a row or two
+        # at the end of every item, and a writer made for each costs more than the rows.
+        self._csv_pieces: list[str] = []
+        self._csv_writer = csv.writer(_Pieces(self._csv_pieces), lineterminator="\n")
         # The first write the folder refused: the evaluation ends with it as its cause.
         self.unwritable: ResultsUnwritable | None = None
         # Records in episodes.jsonl whose rows results.csv is still to get (``write_due_rows``).
@@ -337,12 +347,16 @@ class ResultsStore:
             append_synced(self.replayed_path, new)
 
     def _csv_text(self, rows: list[dict[str, Any]], header: bool) -> str:
-        out = io.StringIO()
-        writer = csv.DictWriter(out, fieldnames=self.csv_columns, extrasaction="ignore", lineterminator="\n")
-        if header:
-            writer.writeheader()
-        writer.writerows(rows)
-        return out.getvalue()
+        """``rows`` as results.csv lines, each a row's values in the columns' order (a column a
+        row lacks is empty, a key no column names is left out), with the header first if asked."""
+        columns, pieces, writer = self.csv_columns, self._csv_pieces, self._csv_writer
+        try:
+            if header:
+                writer.writerow(columns)
+            writer.writerows([[row.get(column, "") for column in columns] for row in rows])
+            return "".join(pieces)
+        finally:
+            pieces.clear()
 
     def _write_csv(self, rows: list[dict[str, Any]], sync_folder: bool = False) -> None:
         with self._writing(self.csv_path):

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import io
 import json
 import os
 import shutil
@@ -266,6 +267,32 @@ def test_an_item_is_on_the_disk_before_its_rows_reach_results_csv(tmp_path, monk
     with open(store.episodes_path, "rb") as opened:
         assert synced[0][1] == opened.read()
     assert len(csv_rows(store)) == 3
+
+
+def test_results_csv_is_written_as_the_csv_module_writes_a_table_of_its_columns(tmp_path):
+    # Values that need quoting, a column a row lacks (empty), a key no column names (left out),
+    # across rows appended one item at a time and a table rebuilt whole.
+    columns = ["unit", "score", "note"]
+    rows = [
+        {"unit": "a,b", "score": 0.1 + 0.2, "note": 'said "hi"', "extra": 1},
+        {"unit": "line\nbreak", "score": None, "note": ""},
+        {"unit": "plain", "score": 1 / 3},
+        {"unit": " spaced ", "score": -0.0, "note": True},
+    ]
+    store = ResultsStore(str(tmp_path), columns, lambda record: {k: v for k, v in record.items() if k != ITEM_END})
+    for i, row in enumerate(rows):
+        store.add_episodes([{**row, ITEM_END: True, "index": i}])
+    expected = io.StringIO()
+    writer = csv.DictWriter(expected, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    assert Path(store.csv_path).read_text(encoding="utf-8") == expected.getvalue()
+    store.withdraw_from(2)  # the table rebuilt whole from episodes.jsonl
+    kept = io.StringIO()
+    writer = csv.DictWriter(kept, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows[:2])
+    assert Path(store.csv_path).read_text(encoding="utf-8") == kept.getvalue()
 
 
 def test_rows_written_later_reach_results_csv_in_order_once_asked_for(tmp_path):
