@@ -37,7 +37,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-DEFAULT_WINDOW_US = 1000
+# Long enough for the replies an agent waits longest for but still often: a step that ends an item
+# (its record's sync comes before the reply) and a slower env's step. A reply the window misses
+# costs the agent a wake-up, which on a virtual machine whose idle vCPUs halt costs more than
+# polling through; a partner slower than the window still turns polling off (below).
+DEFAULT_WINDOW_US = 2500
 # How quickly the hit rate follows the replies (the weight of the newest), and the rate below
 # which polling stops.
 LEARNING_RATE = 1 / 16
