@@ -37,10 +37,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-# Long enough for the replies an agent waits longest for but still often: a step that ends an item
-# (its record's sync comes before the reply) and a slower env's step. A reply the window misses
-# costs the agent a wake-up, which on a virtual machine whose idle vCPUs halt costs more than
-# polling through; a partner slower than the window still turns polling off (below).
+# Long enough to poll through the slower replies an agent still gets often: a step that ends an
+# item (the item's record is synced before the reply) and a slower env's step. A reply the window
+# misses costs the agent a wake-up, which on a virtual machine whose idle vCPUs halt costs more
+# than polling through; a partner slower than the window still turns polling off (below).
 DEFAULT_WINDOW_US = 2500
 # How quickly the hit rate follows the replies (the weight of the newest), and the rate below
 # which polling stops.
