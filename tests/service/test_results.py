@@ -282,17 +282,18 @@ def test_results_csv_is_written_as_the_csv_module_writes_a_table_of_its_columns(
     store = ResultsStore(str(tmp_path), columns, lambda record: {k: v for k, v in record.items() if k != ITEM_END})
     for i, row in enumerate(rows):
         store.add_episodes([{**row, ITEM_END: True, "index": i}])
-    expected = io.StringIO()
-    writer = csv.DictWriter(expected, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
+    assert Path(store.csv_path).read_text(encoding="utf-8") == dict_writer_table(columns, rows)
+    store.withdraw_from(2)  # the table rebuilt whole from episodes.jsonl
+    assert Path(store.csv_path).read_text(encoding="utf-8") == dict_writer_table(columns, rows[:2])
+
+
+def dict_writer_table(columns: list[str], rows: list[dict[str, Any]]) -> str:
+    """``rows`` as the csv module's ``DictWriter`` writes a table of ``columns``, header first."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
     writer.writeheader()
     writer.writerows(rows)
-    assert Path(store.csv_path).read_text(encoding="utf-8") == expected.getvalue()
-    store.withdraw_from(2)  # the table rebuilt whole from episodes.jsonl
-    kept = io.StringIO()
-    writer = csv.DictWriter(kept, fieldnames=columns, extrasaction="ignore", lineterminator="\n")
-    writer.writeheader()
-    writer.writerows(rows[:2])
-    assert Path(store.csv_path).read_text(encoding="utf-8") == kept.getvalue()
+    return out.getvalue()
 
 
 def test_rows_written_later_reach_results_csv_in_order_once_asked_for(tmp_path):
