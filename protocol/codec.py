@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import enum
 import io
+import itertools
+import os
 import pickle
 import re
 import types
@@ -105,7 +107,13 @@ def _default(obj: Any) -> Any:
     if hasattr(obj, "value") and isinstance(obj.value, int):
         # fastenum members (flatland's RailEnvActions) are not enum.Enum but carry .value
         return obj.value
+    if type(obj) is Packed:
+        raise _HoldsPacked
     raise TypeError(f"cannot encode {type(obj).__name__}")
+
+
+class _HoldsPacked(Exception):
+    """The message holds a Packed value: ``encode`` packs it again, splicing (see Packed)."""
 
 
 # Replies to a pickling client: protocol 4, what flatland's client writes, readable by Python 3.4+.
@@ -132,6 +140,8 @@ class _ReplyPickler(pickle.Pickler):
             return NotImplemented
         if isinstance(obj, Fraction):
             return NotImplemented
+        if type(obj) is Packed:
+            obj = obj.value
         for container in (dict, list, tuple):
             if isinstance(obj, container):
                 return container, (container(obj),)
@@ -139,10 +149,58 @@ class _ReplyPickler(pickle.Pickler):
         return type(plain), (plain,)
 
 
+# What stands in for a Packed value while the message around it is packed: bytes no message
+# holds (a per-process random prefix), one value per Packed, replaced by its bytes afterwards.
+_MARKER_PREFIX = b"arbiter.Packed:" + os.urandom(16).hex().encode() + b":"
+_MARKER_SERIAL = itertools.count()
+
+
+class Packed:
+    """A map or list whose msgpack form is built once, here, and spliced into every message that
+    holds it: a large part of a reply (a Flatland env's state) is then packed while the evaluator
+    would otherwise wait, not while the agent waits for the reply. ``value`` stays what it was
+    given (a pickled reply holds it as it is); it must not change once packed."""
+
+    __slots__ = ("value", "packed", "_marker")
+
+    def __init__(self, value: dict[Any, Any] | list[Any]):
+        if not isinstance(value, (dict, list)):
+            raise TypeError(f"Packed holds a map or a list, not {type(value).__name__}")
+        self.value = value
+        self.packed = encode(value)
+        marker = _MARKER_PREFIX + str(next(_MARKER_SERIAL)).encode()
+        # The marker's own msgpack form (bin 8: 0xc4, its length, its bytes) is what gets replaced.
+        self._marker = (marker, b"\xc4" + bytes([len(marker)]) + marker)
+
+
+def _pack_with_packed_values(message: Any) -> bytes:
+    """``message`` packed, its Packed values as their own bytes: each packed first as a marker,
+    then the marker's bytes replaced. msgpack's containers count their elements, not their bytes,
+    so a value's bytes can stand in for any other value's."""
+    values: list[Packed] = []
+
+    def default(obj: Any) -> Any:
+        if type(obj) is Packed:
+            values.append(obj)
+            return obj._marker[0]
+        return _default(obj)
+
+    packed = _msgpack.Packer(use_bin_type=True, default=default).pack(message)
+    for value in dict.fromkeys(values):  # the same value may sit in a message more than once
+        marker_bytes = value._marker[1]
+        if packed.count(marker_bytes) != values.count(value):
+            raise ValueError("a Packed value's marker is ambiguous in the message")
+        packed = packed.replace(marker_bytes, value.packed)
+    return packed
+
+
 def encode(message: Any, wire: str = MSGPACK) -> bytes:
     try:
         if wire == MSGPACK:
-            return _msgpack.Packer(use_bin_type=True, default=_default).pack(message)
+            try:
+                return _msgpack.Packer(use_bin_type=True, default=_default).pack(message)
+            except _HoldsPacked:  # rare (Flatland's create replies): the common path pays nothing for it
+                return _pack_with_packed_values(message)
         if wire == PICKLE:
             buffer = io.BytesIO()
             _ReplyPickler(buffer, protocol=PICKLE_REPLY_PROTOCOL).dump(message)

@@ -78,11 +78,12 @@ def release_flatland_caches() -> None:
     """Let finished episodes' envs go.
 
     flatland-rl 4.3 memoises methods of ``RailEnv`` and of the transition maps with class-level
-    ``lru_cache``s whose keys hold ``self``: every env ever built (~9 MiB each, mostly its
-    malfunction generator's random buffer) and every rail grid stay referenced, so a process
-    that plays episode after episode grows without bound. The caches only memoise results (the
-    grid ones are keyed on a uuid that changes with the grid), so clearing them changes no
-    trajectory; it costs well under a millisecond.
+    ``lru_cache``s whose keys hold ``self``: every env ever built (mostly its malfunction
+    generator's random buffer) and every rail grid stay referenced, so a process that plays
+    episode after episode grows without bound. The caches only memoise results (the grid ones
+    are keyed on a uuid that changes with the grid), so clearing them changes no trajectory.
+    Clearing frees what they held, which takes a while after a long episode: the evaluator does
+    it as it opens the next episode, ahead of time (see ``FlatlandEpisode.close``).
     """
     from flatland.core.transition_map import GridTransitionMap
     from flatland.envs.rail_env import AbstractRailEnv

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from arbiter.protocol import codec
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.legacy.flatland_env import build_rail_env, env_state_to_wire, release_flatland_caches, rewards_for
 from arbiter.server.formats.flatland.generate import list_env_paths
@@ -88,8 +89,9 @@ class FlatlandEpisode:
         self.spec = spec
         self.seed = seed
         env_dict = RailEnvPersister.load_env_dict(os.path.join(tests_dir, spec.env))
-        # Encode before building: build_rail_env rewrites the dict's agents in place.
-        self.wire_state = env_state_to_wire(env_dict)
+        # Encoded before building (build_rail_env rewrites the dict's agents in place), and packed
+        # now: an episode opened ahead of time is then sent without packing its state again.
+        self.wire_state = codec.Packed(env_state_to_wire(env_dict))
         # flatland's per-step log is the client's business; the evaluator keeps what it needs.
         self.env = build_rail_env(env_dict, rewards=rewards_for(reward_model), record_steps=False)
         self.observation, self.info = self.env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=seed)
@@ -128,13 +130,15 @@ class FlatlandEpisode:
         return sum(1 for agent in self.env.agents if agent.state == self._done_state)
 
     def close(self) -> None:
-        """The episode is recorded: free its env now (~9 MiB, mostly the malfunction buffers),
-        not at the next episode's collection. flatland's caches and the cycle between the env
-        and its observation builder are all that keep it. ``steps``, ``reward`` and
-        ``malfunctions`` stay; ``arrived()`` needs the env and is read before."""
+        """The episode is recorded: its env is let go. flatland's caches and the cycle between the
+        env and its observation builder are all that keep it; the cycle is broken here, and the
+        caches are cleared by the next ``FlatlandTestFolder.open``, which frees the env without
+        a collection. Clearing them here would put that work between the episode's last step and
+        the agent's next ENV_CREATE; an episode opened ahead is opened while the evaluator would
+        otherwise wait. ``steps``, ``reward`` and ``malfunctions`` stay; ``arrived()`` needs the
+        env and is read before."""
         env, self.env = self.env, None
         if env is not None:
-            release_flatland_caches()
             env.obs_builder.env = None
 
 
