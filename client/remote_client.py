@@ -9,6 +9,7 @@ episode out.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import time
@@ -32,6 +33,29 @@ from arbiter.protocol.legacy.flatland_env import (
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
 
 log = logging.getLogger(__name__)
+
+_gc_set_aside = False  # what the process had loaded is frozen (set_aside_what_is_loaded)
+
+
+def set_aside_what_is_loaded() -> None:
+    """Collect once, then freeze what is left (``gc.freeze``), once per process.
+
+    Each episode builds an env of many small objects, and Python's full collections, which those
+    start, would otherwise walk everything the process holds each time: flatland, numpy, the
+    agent's own modules and model. Frozen objects are never collected: what the process holds
+    now lives on anyway, and only a reference cycle among them that later becomes garbage stays
+    (``ARBITER_FREEZE_GC=0`` or ``freeze_gc=False`` keeps the collector as it was)."""
+    global _gc_set_aside
+    if not _gc_set_aside:
+        gc.collect()
+        gc.freeze()
+        _gc_set_aside = True
+
+
+def _freeze_gc_wanted(freeze_gc: bool | None) -> bool:
+    if freeze_gc is not None:
+        return freeze_gc
+    return os.environ.get("ARBITER_FREEZE_GC", "1").strip() != "0"
 
 
 def _plain_actions(action_dict: dict[Any, Any] | None) -> dict[int, int]:
@@ -70,6 +94,7 @@ class RemoteClient(Wire):
         record_steps: bool = False,
         resend_after_s: float = RESEND_AFTER_S,
         spin_us: float | None = None,
+        freeze_gc: bool | None = None,
     ):
         super().__init__(
             redis_url, service_id, reply_timeout_s=reply_timeout_s, resend_after_s=resend_after_s, spin_us=spin_us
@@ -95,6 +120,8 @@ class RemoteClient(Wire):
         # The PING says what this client plays: on another format's evaluation it is refused at
         # once, with both named, instead of failing on the first reply it cannot read.
         self.handshake(flatland_version(), asks={"client": "arbiter.client.RemoteClient", "formats": ["flatland"]})
+        if _freeze_gc_wanted(freeze_gc):  # after the imports above, before the first episode's env
+            set_aside_what_is_loaded()
 
     # -- the SDK --------------------------------------------------------------------------
 

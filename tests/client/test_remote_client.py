@@ -4,6 +4,11 @@ a real evaluator (the session's redis-server, the tiny Flatland test set)."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from flatland.envs.rail_env_action import RailEnvActions
@@ -87,3 +92,46 @@ def test_flatland_actions_reach_the_evaluator_as_the_moves_they_name(redis_url, 
         [record] = read_episodes(results)
         ends.append((record["steps"], record["reward"], record["invalid_actions"]))
     assert ends[0] == ends[1] and ends[0][2] == 0
+
+
+# -- the agent's garbage collector --------------------------------------------------------------
+
+FREEZING_AGENT = """
+import gc, json, sys
+from arbiter.client.remote_client import RemoteClient
+before = gc.get_freeze_count()
+keywords = json.loads(sys.argv[3])
+client = RemoteClient(redis_url=sys.argv[1], service_id=sys.argv[2], reply_timeout_s=10, **keywords)
+frozen = gc.get_freeze_count()
+made_after = [[index] for index in range(1000)]
+from arbiter.client.remote_client import set_aside_what_is_loaded
+set_aside_what_is_loaded()  # as a second client would: once per process, what came after stays collectable
+print(json.dumps([before, frozen, gc.get_freeze_count()]))
+client.close()
+"""
+
+
+@pytest.mark.parametrize(
+    ("environment", "keywords", "freezes"),
+    [({}, {}, True), ({"ARBITER_FREEZE_GC": "0"}, {}, False), ({}, {"freeze_gc": False}, False)],
+    ids=["by-default", "ARBITER_FREEZE_GC=0", "freeze_gc=False"],
+)
+def test_the_client_sets_aside_what_its_process_loaded_once(
+    redis_url, service_id, tiny_tests, tmp_path, environment, keywords, freezes
+):
+    with running_service(spec(), tests=tiny_tests, results=str(tmp_path), redis_url=redis_url,
+                         service_id=service_id) as (service, _):  # fmt: skip
+        agent = subprocess.run(
+            [sys.executable, "-c", FREEZING_AGENT, redis_url, service_id, json.dumps(keywords)],
+            env={**os.environ, **environment}, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        service.request_stop("the test is over")
+    assert agent.returncode == 0, agent.stderr
+    before, after_client, after_second_call = json.loads(agent.stdout)
+    assert before == 0
+    if freezes:
+        # flatland, numpy, redis and the rest: many thousands of objects no full collection walks again
+        assert after_client > 10_000 and after_second_call == after_client
+    else:
+        # The opt-outs are RemoteClient's: the function itself always freezes.
+        assert after_client == 0 and after_second_call > 10_000
