@@ -61,7 +61,9 @@ def test_the_decoded_message_holds_the_plain_value():
 
 def test_a_pickled_reply_holds_the_plain_value():
     # As flatland's client reads a reply: it needs nothing of arbiter's to load it.
-    loaded = pickle.loads(codec.encode(_holding(codec.Packed(STATE)), wire=codec.PICKLE))
+    data = codec.encode(_holding(codec.Packed(STATE)), wire=codec.PICKLE)
+    assert b"arbiter.protocol" not in data and b"Packed" not in data
+    loaded = pickle.loads(data)
     state = loaded["payload"]["arbiter"]["env_state"]
     assert type(state) is dict and state["name"] == "Level_0" and state["agents"] == STATE["agents"]
     assert pickle.loads(codec.encode(codec.Packed([1, 2]), wire=codec.PICKLE)) == [1, 2]
