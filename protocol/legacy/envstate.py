@@ -22,6 +22,7 @@ from arbiter.protocol.errors import DecodeError
 
 TAG = "__t__"
 _SCALARS = (type(None), bool, int, float, str, bytes, Fraction, np.ndarray, np.generic)
+_LEAVES = frozenset((type(None), bool, int, float, str, bytes))  # what msgpack decodes a scalar to
 
 
 def _class_path(cls: type) -> str:
@@ -115,15 +116,15 @@ class Rebuilder:
 
     def _rebuild(self, data: Any) -> Any:
         if isinstance(data, list):
-            return [self._rebuild(v) for v in data]
+            return self._list(data)
         if not isinstance(data, dict):
             return data
         tag = data.get(TAG)
         values = data.get("v")
         if tag == "dict":
-            return {self._hashable(self._rebuild(k)): self._rebuild(v) for k, v in self._pairs(values)}
+            return self._dict(values)
         if tag == "tuple":
-            return tuple(self._rebuild(v) for v in self._items(values))
+            return tuple(self._list(self._items(values)))
         if tag in ("set", "frozenset"):
             items = (self._hashable(self._rebuild(v)) for v in self._items(values))
             return set(items) if tag == "set" else frozenset(items)
@@ -136,7 +137,7 @@ class Rebuilder:
             cls = self._cls(data.get("cls"))
             if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
                 raise DecodeError(f"{data.get('cls')} is not a namedtuple")
-            return cls._make(self._rebuild(v) for v in self._items(values))  # type: ignore[attr-defined]  # a namedtuple
+            return cls._make(self._list(self._items(values)))  # type: ignore[attr-defined]  # a namedtuple
         if tag == "obj":
             cls = self._cls(data.get("cls"))
             if issubclass(cls, (enum.Enum, tuple, type)):
@@ -155,17 +156,27 @@ class Rebuilder:
             return instance
         raise DecodeError(f"unknown env state tag {tag!r}")
 
+    def _list(self, values: list) -> list:
+        # Most of an env state's values are numbers and text, which are already what they are:
+        # kept as they come, without a call each.
+        return [v if type(v) in _LEAVES else self._rebuild(v) for v in values]
+
     @staticmethod
     def _items(values: Any) -> list:
         if not isinstance(values, list):
             raise DecodeError("malformed env state: a tagged container without a list of values")
         return values
 
-    def _pairs(self, values: Any) -> list:
-        pairs = self._items(values)
-        if not all(isinstance(pair, list) and len(pair) == 2 for pair in pairs):
-            raise DecodeError("malformed env state: a dict entry that is not a [key, value] pair")
-        return pairs
+    def _dict(self, values: Any) -> dict:
+        rebuilt = {}
+        for pair in self._items(values):
+            if not isinstance(pair, list) or len(pair) != 2:
+                raise DecodeError("malformed env state: a dict entry that is not a [key, value] pair")
+            key, value = pair
+            if type(key) not in _LEAVES:  # text and numbers are keys as they come
+                key = self._hashable(self._rebuild(key))
+            rebuilt[key] = value if type(value) in _LEAVES else self._rebuild(value)
+        return rebuilt
 
     @staticmethod
     def _hashable(value: Any) -> Any:
