@@ -26,6 +26,7 @@ from arbiter.protocol.errors import OutOfOrder
 from arbiter.protocol.legacy.flatland_env import (
     build_rail_env,
     env_state_from_wire,
+    env_state_maps,
     preload,
     release_flatland_caches,
     rewards_for,
@@ -167,7 +168,8 @@ class RemoteClient(Wire):
         # every earlier episode's env alive for the whole evaluation.
         self.env = None
         release_flatland_caches()
-        response = self.request(FLATLAND_RL.ENV_CREATE, {})
+        # The env state is rebuilt as the reply is decoded: no second pass over it.
+        response = self.request(FLATLAND_RL.ENV_CREATE, {}, maps=env_state_maps)
         self._budget_clock.episode_started(self.server_info.get("budgets"), time.monotonic())
         payload = response["payload"]
         if not payload.get("observation"):
@@ -177,7 +179,7 @@ class RemoteClient(Wire):
         self.current_env_path = payload.get("env_file_path")
         self.episode_index = ext.get("episode")
         if "env_state" in ext:
-            env_dict = env_state_from_wire(ext["env_state"])
+            env_dict = env_state_from_wire(ext["env_state"], rebuilt=True)
             rewards = rewards_for(ext.get("reward_model", "flatland"))
             self.env = build_rail_env(
                 env_dict, obs_builder=obs_builder_object, rewards=rewards, record_steps=self.record_steps

@@ -16,6 +16,7 @@ import logging
 import os
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -194,10 +195,17 @@ class Wire:
     # -- requests ---------------------------------------------------------------------------
 
     def request(
-        self, type_: str, payload: dict[str, Any], wait_s: float | None = None, *, raise_pending: bool = True
+        self,
+        type_: str,
+        payload: dict[str, Any],
+        wait_s: float | None = None,
+        *,
+        raise_pending: bool = True,
+        maps: Callable[[dict], Any] = codec.map_from_wire,
     ) -> dict[str, Any]:
         """Send one request and wait for its reply; an ERROR reply is raised as its error class.
-        A timeout waiting on the errors list is raised first, unless ``raise_pending`` is False."""
+        A timeout waiting on the errors list is raised first, unless ``raise_pending`` is False.
+        ``maps``: what each map of the reply becomes as it is decoded (``codec.decode``)."""
         wait_s = self.reply_timeout_s if wait_s is None else wait_s
         give_up = time.monotonic() + wait_s
         # A step to arbiter's evaluator checks the errors list in its own packet: a step sent after
@@ -210,7 +218,9 @@ class Wire:
         channel = self._new_channel()
         message = self._tagged(type_, payload, channel)
         while True:
-            response = self._send_and_await(type_, message, channel, give_up=give_up, wait_s=wait_s, fold=fold)
+            response = self._send_and_await(
+                type_, message, channel, give_up=give_up, wait_s=wait_s, fold=fold, maps=maps
+            )
             if fold:
                 self._raise_pending_timeout(self._folded_error)  # it decided the step's fate: first
             if response["type"] != FLATLAND_RL.ERROR:
@@ -231,7 +241,15 @@ class Wire:
         raise error
 
     def _send_and_await(
-        self, type_: str, message: bytes, channel: str, *, give_up: float, wait_s: float, fold: bool = False
+        self,
+        type_: str,
+        message: bytes,
+        channel: str,
+        *,
+        give_up: float,
+        wait_s: float,
+        fold: bool = False,
+        maps: Callable[[dict], Any] = codec.map_from_wire,
     ) -> dict[str, Any]:
         """Push ``message`` and return the reply on ``channel``; a request that may be resent is
         sent again every ``resend_after_s`` until ``give_up``. ``fold``: the first packet also
@@ -261,7 +279,7 @@ class Wire:
                 )
             if resend and not push_with_wait:
                 self._with_reconnect(lambda: self.redis.lpush(self.commands_key, message), type_, give_up)
-        response = codec.decode(found[1], codec.REPLY_LIMITS)
+        response = codec.decode(found[1], codec.REPLY_LIMITS, maps)
         if not isinstance(response, dict) or "type" not in response:
             raise ArbiterError(f"malformed reply to {type_}")
         return response

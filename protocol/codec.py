@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -256,10 +257,11 @@ def _numpy_from_map(obj: dict) -> Any:
         return np.ndarray(shape, dtype, data).copy()  # a copy: writable, as an env's own arrays are
     if len(data) != dtype.itemsize:
         raise DecodeError("numpy scalar payload of the wrong size")
-    return np.frombuffer(data, dtype=dtype)[0]
+    return np.ndarray((), dtype, data)[()]  # a scalar of its own: it keeps nothing of ``data``
 
 
-def _object_hook(obj: dict) -> Any:
+def map_from_wire(obj: dict) -> Any:
+    """What a decoded map stands for: a numpy array or scalar, a fraction, or the map itself."""
     if b"nd" in obj:
         return _numpy_from_map(obj)
     if obj.get("__fraction__") is True:
@@ -342,8 +344,10 @@ def _may_nest_deeper_than(data: bytes, max_depth: int) -> bool:
     return len(data) > max_depth and len(data.translate(None, _NOT_CONTAINER_HEADERS)) > max_depth
 
 
-def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
-    """Decode one message; any failure is a ``DecodeError`` (never anything else)."""
+def decode(data: bytes, limits: Limits = COMMAND_LIMITS, maps: Callable[[dict], Any] = map_from_wire) -> Any:
+    """Decode one message; any failure is a ``DecodeError`` (never anything else). ``maps``
+    turns each decoded map into what it stands for, innermost first (``map_from_wire``'s work,
+    and maybe more of its own: ``protocol/legacy/envstate.py``)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise DecodeError(f"expected bytes, got {type(data).__name__}")
     size = len(data)
@@ -363,7 +367,7 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS) -> Any:
             data,
             raw=False,
             strict_map_key=False,
-            object_hook=_object_hook,
+            object_hook=maps,
             ext_hook=_reject_ext,
             max_str_len=limits.max_str_len,
             max_bin_len=limits.max_bytes,

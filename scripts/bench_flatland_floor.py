@@ -13,7 +13,8 @@ agent) and ``--worker mirror-env``:
   side has stepped everything (where arbiter's agent waits for its submission's reply);
 - the other side waits and takes as arbiter's evaluator does (its blocking ``BLMOVE`` with the
   reply switched off, then the bounded take) and steps its lean copy, loading each episode's env
-  when the first step of that episode comes.
+  when the first step of that episode comes; like the evaluator's env, that copy builds no step
+  info (``FlatlandEpisode``), which no one on that side reads.
 
 Steps are bare msgpack lists: the episode's index and the agents' actions in handle order. The
 floor's wall time over the lean loop's is what flatland's protocol costs on this machine before
@@ -93,6 +94,7 @@ def worker_mirror_env(args: argparse.Namespace) -> int:
             if index != playing:
                 env = load(os.path.join(args.tests, paths[index]))
                 env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=EVAL_SEED)
+                env.get_info_dict = dict  # as arbiter's evaluator steps its env: no info built for anyone
                 playing = index
             env.step(dict(enumerate(actions)))
             stepped += 1

@@ -18,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from arbiter.protocol import codec
 from arbiter.protocol.errors import DecodeError
 
 TAG = "__t__"
@@ -83,6 +84,7 @@ class Rebuilder:
     def __init__(self, allowed_packages: Iterable[str]):
         self.allowed_packages = tuple(allowed_packages)
         self._classes: dict[str, type] = {}
+        self._object_classes: dict[str, tuple[type, bool]] = {}
 
     def _allowed(self, module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in self.allowed_packages)
@@ -106,7 +108,8 @@ class Rebuilder:
         return self._classes[path]
 
     def rebuild(self, data: Any) -> Any:
-        """Any malformed input is a ``DecodeError``, whatever the step that trips over it."""
+        """``to_plain`` output already decoded, rebuilt. Any malformed input is a ``DecodeError``,
+        whatever the step that trips over it."""
         try:
             return self._rebuild(data)
         except DecodeError:
@@ -114,47 +117,73 @@ class Rebuilder:
         except (TypeError, ValueError, AttributeError, KeyError, IndexError, RecursionError) as exc:
             raise DecodeError(f"malformed env state: {type(exc).__name__}: {exc}") from exc
 
+    def map_from_wire(self, data: dict) -> Any:
+        """What ``codec.decode`` makes of each map as it decodes (its ``maps``): the env state is
+        rebuilt while the message is read, with no second walk over it. msgpack hands maps over
+        innermost first, so a tagged map's contents are rebuilt already. An untagged map is
+        ``codec.map_from_wire``'s: an array, a fraction, or a map of the message around the env
+        state (a reply's own fields), which goes through as it is."""
+        tag = data.get(TAG)
+        if tag is None:
+            return codec.map_from_wire(data)
+        return self._tagged(tag, data.get("v"), data)
+
     def _rebuild(self, data: Any) -> Any:
+        # The walk over decoded data: each map's contents first, then the map, as when decoding.
         if isinstance(data, list):
             return self._list(data)
         if not isinstance(data, dict):
             return data
         tag = data.get(TAG)
         values = data.get("v")
+        return self._tagged(tag, values if type(values) in _LEAVES else self._rebuild(values), data)
+
+    def _tagged(self, tag: Any, values: Any, data: dict) -> Any:
+        """The object a tagged map stands for, ``values`` (its ``"v"``) rebuilt already. The
+        tags go by how often an env state holds them."""
+        if tag == "tuple":
+            return tuple(values if type(values) is list else self._items(values))
         if tag == "dict":
             return self._dict(values)
-        if tag == "tuple":
-            return tuple(self._list(self._items(values)))
-        if tag in ("set", "frozenset"):
-            items = (self._hashable(self._rebuild(v)) for v in self._items(values))
-            return set(items) if tag == "set" else frozenset(items)
-        if tag == "enum":
-            cls = self._cls(data.get("cls"))
-            if not issubclass(cls, enum.Enum):
-                raise DecodeError(f"{data.get('cls')} is not an enum")
-            return cls(self._rebuild(values))  # an enum lookup by value, not a constructor call
-        if tag == "nt":
-            cls = self._cls(data.get("cls"))
-            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
-                raise DecodeError(f"{data.get('cls')} is not a namedtuple")
-            return cls._make(self._list(self._items(values)))  # type: ignore[attr-defined]  # a namedtuple
         if tag == "obj":
-            cls = self._cls(data.get("cls"))
-            if issubclass(cls, (enum.Enum, tuple, type)):
-                raise DecodeError(f"{data.get('cls')} cannot be rebuilt from attributes")
+            cls, restores_itself = self._object_class(data.get("cls"))
             instance = cls.__new__(cls)
-            state = self._rebuild(values)
-            if _own_method(cls, "__setstate__"):
-                instance.__setstate__(state)  # type: ignore[attr-defined]  # its own, checked above
+            if restores_itself:
+                instance.__setstate__(values)
                 return instance
-            if not isinstance(state, dict):
+            if not isinstance(values, dict):
                 raise DecodeError(f"bad state for {data.get('cls')}")
-            for name, value in state.items():
+            for name, value in values.items():
                 if not isinstance(name, str) or name.startswith("__"):
                     raise DecodeError(f"bad attribute name {name!r} in state of {data.get('cls')}")
                 object.__setattr__(instance, name, value)
             return instance
+        if tag == "enum":
+            cls = self._cls(data.get("cls"))
+            if not issubclass(cls, enum.Enum):
+                raise DecodeError(f"{data.get('cls')} is not an enum")
+            return cls(values)  # an enum lookup by value, not a constructor call
+        if tag == "nt":
+            cls = self._cls(data.get("cls"))
+            if not (issubclass(cls, tuple) and hasattr(cls, "_fields")):
+                raise DecodeError(f"{data.get('cls')} is not a namedtuple")
+            return cls._make(self._items(values))  # type: ignore[attr-defined]  # a namedtuple
+        if tag in ("set", "frozenset"):
+            items = (self._hashable(v) for v in self._items(values))
+            return set(items) if tag == "set" else frozenset(items)
         raise DecodeError(f"unknown env state tag {tag!r}")
+
+    def _object_class(self, path: object) -> tuple[type, bool]:
+        """The class an ``obj`` map names, and whether it restores itself from its state with a
+        ``__setstate__`` of its own (flatland's Cython classes) or gets its attributes set."""
+        try:
+            return self._object_classes[path]  # type: ignore[index]  # a path from the wire
+        except (KeyError, TypeError):  # not seen yet, or unhashable: _cls says what is wrong
+            cls = self._cls(path)
+            if issubclass(cls, (enum.Enum, tuple, type)):
+                raise DecodeError(f"{path} cannot be rebuilt from attributes") from None
+            self._object_classes[path] = found = (cls, _own_method(cls, "__setstate__"))  # type: ignore[index]
+            return found
 
     def _list(self, values: list) -> list:
         # Most of an env state's values are numbers and text, which are already what they are:
@@ -170,12 +199,10 @@ class Rebuilder:
     def _dict(self, values: Any) -> dict:
         rebuilt = {}
         for pair in self._items(values):
-            if not isinstance(pair, list) or len(pair) != 2:
+            if type(pair) is not list or len(pair) != 2:
                 raise DecodeError("malformed env state: a dict entry that is not a [key, value] pair")
             key, value = pair
-            if type(key) not in _LEAVES:  # text and numbers are keys as they come
-                key = self._hashable(self._rebuild(key))
-            rebuilt[key] = value if type(value) in _LEAVES else self._rebuild(value)
+            rebuilt[key if type(key) in _LEAVES else self._hashable(key)] = value
         return rebuilt
 
     @staticmethod

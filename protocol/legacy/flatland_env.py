@@ -59,8 +59,20 @@ def env_state_to_wire(env_dict: dict) -> Any:
     return to_plain(env_dict)
 
 
-def env_state_from_wire(data: Any) -> dict:
-    env_dict = Rebuilder(_ENV_STATE_PACKAGES).rebuild(data)
+# Rebuilds env states: it keeps the classes it has looked up, for every episode of a process.
+_REBUILDER = Rebuilder(_ENV_STATE_PACKAGES)
+
+
+# ``codec.decode``'s ``maps`` for a reply that carries an env state: the state comes out of the
+# decoding rebuilt (``Rebuilder.map_from_wire``), for ``env_state_from_wire(..., rebuilt=True)``
+# to check. The bound method itself: it is called once per map of the reply.
+env_state_maps = _REBUILDER.map_from_wire
+
+
+def env_state_from_wire(data: Any, *, rebuilt: bool = False) -> dict:
+    """The env dict in ``data``, the env state as a reply carries it: decoded plain data, or, with
+    ``rebuilt``, what decoding with ``env_state_maps`` made of it."""
+    env_dict = data if rebuilt else _REBUILDER.rebuild(data)
     if not isinstance(env_dict, dict) or "grid" not in env_dict:
         from arbiter.protocol.errors import DecodeError
 

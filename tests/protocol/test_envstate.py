@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from collections import namedtuple
 from dataclasses import dataclass
@@ -147,6 +148,27 @@ def _same(a: Any, b: Any) -> None:
         assert a == b
 
 
+def _rebuilt_while_decoding(packages: list[str], data: Any) -> Any:
+    """``data`` as an env state travels in a reply, rebuilt while the reply is decoded (as
+    arbiter's client reads its ENV_CREATE replies) rather than walked once decoded."""
+    reply = codec.encode({"type": "X", "payload": {"info": {"k": 1}, "arbiter": {"env_state": data}}})
+    decoded = codec.decode(reply, codec.REPLY_LIMITS, Rebuilder(packages).map_from_wire)
+    assert decoded["payload"]["info"] == {"k": 1}  # the reply's own maps come through as they are
+    return decoded["payload"]["arbiter"]["env_state"]
+
+
+REBUILDS = {
+    "walk": lambda packages, data: Rebuilder(packages).rebuild(data),
+    "while-decoding": _rebuilt_while_decoding,
+}
+
+
+@pytest.fixture(params=list(REBUILDS))
+def rebuild(request: pytest.FixtureRequest) -> Any:
+    """Each way of rebuilding decoded env state: both must rebuild and refuse alike."""
+    return functools.partial(REBUILDS[request.param], [__name__])
+
+
 VALUES = {
     "tuple": (1, "a", None, 2.5),
     "empty-tuple": (),
@@ -176,8 +198,8 @@ VALUES = {
 
 
 @pytest.mark.parametrize("value", list(VALUES.values()), ids=list(VALUES))
-def test_roundtrip_in_memory(value):
-    _same(value, Rebuilder([__name__]).rebuild(to_plain(value)))
+def test_roundtrip_in_memory(value, rebuild):
+    _same(value, rebuild(to_plain(value)))
 
 
 @pytest.mark.parametrize("value", list(VALUES.values()), ids=list(VALUES))
@@ -195,14 +217,14 @@ def test_plain_form_is_tagged_data_only():
     assert pairs["s"] == {TAG: "set", "v": [3]}
 
 
-def test_rebuild_of_enum_gives_the_member_itself():
-    assert Rebuilder([__name__]).rebuild(to_plain([Speed.SLOW, Mode.OFF])) == [Speed.SLOW, Mode.OFF]
-    assert Rebuilder([__name__]).rebuild(to_plain(Mode.OFF)) is Mode.OFF
+def test_rebuild_of_enum_gives_the_member_itself(rebuild):
+    assert rebuild(to_plain([Speed.SLOW, Mode.OFF])) == [Speed.SLOW, Mode.OFF]
+    assert rebuild(to_plain(Mode.OFF)) is Mode.OFF
 
 
-def test_rebuilt_objects_are_fresh_copies():
+def test_rebuilt_objects_are_fresh_copies(rebuild):
     original = Plain(a=[1, 2])
-    rebuilt = Rebuilder([__name__]).rebuild(to_plain(original))
+    rebuilt = rebuild(to_plain(original))
     rebuilt.a.append(3)
     assert original.a == [1, 2]
 
@@ -236,12 +258,25 @@ FORBIDDEN_CLASSES = [
 
 @pytest.mark.parametrize("cls", FORBIDDEN_CLASSES)
 @pytest.mark.parametrize("tag", ["obj", "enum", "nt"])
-def test_classes_outside_allowed_prefixes_refused(cls, tag):
+def test_classes_outside_allowed_prefixes_refused(cls, tag, rebuild):
     data = {TAG: tag, "cls": cls, "v": ["echo", "hi"] if tag != "obj" else {TAG: "dict", "v": []}}
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(data)
+        rebuild(data)
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild({TAG: "dict", "v": [["grid", [data]]]})
+        rebuild({TAG: "dict", "v": [["grid", [data]]]})
+
+
+def _env_state_sent(data: Any) -> dict:
+    """``data`` as the env state of an ENV_CREATE reply, read as arbiter's client reads it."""
+    reply = codec.encode({"type": "X", "payload": {"arbiter": {"env_state": data}}})
+    decoded = codec.decode(reply, codec.REPLY_LIMITS, flatland_env.env_state_maps)
+    return flatland_env.env_state_from_wire(decoded["payload"]["arbiter"]["env_state"], rebuilt=True)
+
+
+@pytest.fixture(params=["walk", "while-decoding"])
+def env_state_from(request: pytest.FixtureRequest) -> Any:
+    """Each way a Flatland env state is read: decoded data walked, or rebuilt while decoding."""
+    return flatland_env.env_state_from_wire if request.param == "walk" else _env_state_sent
 
 
 @pytest.mark.parametrize(
@@ -256,15 +291,15 @@ def test_classes_outside_allowed_prefixes_refused(cls, tag):
         "flatland:X",
     ],
 )
-def test_env_state_refuses_non_flatland_classes(cls):
+def test_env_state_refuses_non_flatland_classes(cls, env_state_from):
     with pytest.raises(DecodeError):
-        flatland_env.env_state_from_wire({TAG: "dict", "v": [["grid", _obj(cls)]]})
+        env_state_from({TAG: "dict", "v": [["grid", _obj(cls)]]})
 
 
-def test_forbidden_module_is_not_even_imported():
+def test_forbidden_module_is_not_even_imported(rebuild):
     assert "this" not in sys.modules  # importing `this` prints the Zen of Python: it has side effects
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj("this:Anything"))
+        rebuild(_obj("this:Anything"))
     assert "this" not in sys.modules
 
 
@@ -273,10 +308,10 @@ def test_forbidden_module_is_not_even_imported():
     ["os.system", "Plain", f"{__name__}.Plain", "", 5, None, ["a", "b"], f"{__name__}:Plain".encode(), {"m": "c"}],
     ids=repr,
 )
-def test_malformed_class_refs_refused(cls):
+def test_malformed_class_refs_refused(cls, rebuild):
     for tag in ("obj", "enum", "nt"):
         with pytest.raises(DecodeError):
-            Rebuilder([__name__]).rebuild({TAG: tag, "cls": cls, "v": []})
+            rebuild({TAG: tag, "cls": cls, "v": []})
 
 
 @pytest.mark.parametrize(
@@ -291,20 +326,20 @@ def test_malformed_class_refs_refused(cls):
         f"{__name__}:Speed.FAST",
     ],
 )
-def test_unknown_or_non_class_refs_refused(cls):
+def test_unknown_or_non_class_refs_refused(cls, rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj(cls))
+        rebuild(_obj(cls))
 
 
-def test_missing_class_ref_refused():
+def test_missing_class_ref_refused(rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild({TAG: "obj", "v": {TAG: "dict", "v": []}})
+        rebuild({TAG: "obj", "v": {TAG: "dict", "v": []}})
 
 
-@pytest.mark.parametrize("tag", ["pickle", "reduce", "global", "", None, 5, "DICT", "list"], ids=repr)
-def test_unknown_tags_refused(tag):
+@pytest.mark.parametrize("tag", ["pickle", "reduce", "global", "", 5, "DICT", "list"], ids=repr)
+def test_unknown_tags_refused(tag, rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild({TAG: tag, "v": []})
+        rebuild({TAG: tag, "v": []})
 
 
 def test_untagged_maps_refused():
@@ -312,6 +347,17 @@ def test_untagged_maps_refused():
         Rebuilder([__name__]).rebuild({"a": 1})
     with pytest.raises(DecodeError):
         Rebuilder([__name__]).rebuild([1, {"grid": []}])
+    with pytest.raises(DecodeError):
+        Rebuilder([__name__]).rebuild({TAG: None, "v": []})
+
+
+def test_while_decoding_untagged_maps_are_the_messages_own():
+    """Rebuilt while a reply is decoded, a map without a tag is one of the reply's own (its
+    payload, an info dict): it comes through as the codec makes it, arrays and fractions too."""
+    maps = Rebuilder([__name__]).map_from_wire
+    message = {"a": [1, {"b": (2,)}], "grid": np.arange(3), "speed": Fraction(1, 3), TAG: None}
+    decoded = codec.decode(codec.encode(message), codec.REPLY_LIMITS, maps)
+    _same(decoded, {"a": [1, {"b": [2]}], "grid": np.arange(3), "speed": Fraction(1, 3), TAG: None})
 
 
 @pytest.mark.parametrize(
@@ -327,18 +373,18 @@ def test_untagged_maps_refused():
     ],
     ids=["list-in-set", "dict-in-frozenset", "set-in-set", "list-key", "dict-key", "tuple-with-list-key", "array-key"],
 )
-def test_unhashable_members_and_keys_refused(data):
+def test_unhashable_members_and_keys_refused(data, rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(data)
+        rebuild(data)
 
 
-def test_object_state_must_be_a_map_of_str():
+def test_object_state_must_be_a_map_of_str(rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj(f"{__name__}:Plain", [1, 2]))
+        rebuild(_obj(f"{__name__}:Plain", [1, 2]))
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj(f"{__name__}:Plain", {TAG: "dict", "v": [[1, 2]]}))
+        rebuild(_obj(f"{__name__}:Plain", {TAG: "dict", "v": [[1, 2]]}))
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj(f"{__name__}:Plain", {TAG: "dict", "v": [[b"a", 2]]}))
+        rebuild(_obj(f"{__name__}:Plain", {TAG: "dict", "v": [[b"a", 2]]}))
 
 
 @pytest.mark.parametrize(
@@ -373,10 +419,10 @@ def _popen_payload(marker: Path) -> dict:
     return {TAG: "dict", "v": [["grid", popen]]}
 
 
-def test_env_state_cannot_reach_classes_through_module_attributes(tmp_path):
+def test_env_state_cannot_reach_classes_through_module_attributes(tmp_path, env_state_from):
     marker = tmp_path / "code-ran"
     try:
-        result = flatland_env.env_state_from_wire(_popen_payload(marker))
+        result = env_state_from(_popen_payload(marker))
     except DecodeError:
         result = None
     if isinstance(result, dict) and hasattr(result.get("grid"), "wait"):
@@ -386,9 +432,9 @@ def test_env_state_cannot_reach_classes_through_module_attributes(tmp_path):
 
 
 @pytest.mark.parametrize("cls", [f"{__name__}:pytest.MonkeyPatch", f"{__name__}:Fraction", f"{__name__}:Path"])
-def test_rebuilder_checks_the_class_module_not_the_path(cls):
+def test_rebuilder_checks_the_class_module_not_the_path(cls, rebuild):
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(_obj(cls))
+        rebuild(_obj(cls))
 
 
 class _Recorder:
@@ -401,10 +447,10 @@ class _Recorder:
 
 
 @pytest.mark.parametrize("tag", ["enum", "nt"])
-def test_enum_and_nt_tags_do_not_call_arbitrary_constructors(tag):
+def test_enum_and_nt_tags_do_not_call_arbitrary_constructors(tag, rebuild):
     _Recorder.calls.clear()
     try:
-        Rebuilder([__name__]).rebuild({TAG: tag, "cls": f"{__name__}:_Recorder", "v": [1, 2]})
+        rebuild({TAG: tag, "cls": f"{__name__}:_Recorder", "v": [1, 2]})
     except DecodeError:
         pass
     assert _Recorder.calls == []
@@ -437,10 +483,10 @@ def test_enum_and_nt_tags_do_not_call_arbitrary_constructors(tag):
         "setstate-bad-state",
     ],
 )
-def test_malformed_tagged_maps_raise_decode_error(data):
+def test_malformed_tagged_maps_raise_decode_error(data, rebuild):
     wrapped = {TAG: "dict", "v": [["grid", data]]}
     with pytest.raises(DecodeError):
-        Rebuilder([__name__]).rebuild(wrapped)
+        rebuild(wrapped)
 
 
 # --- Flatland env state over the wire ----------------------------------------------------------
@@ -456,10 +502,13 @@ def tiny_envs(tmp_path_factory: pytest.TempPathFactory) -> list[Path]:
     return [root / p for p in paths]
 
 
-def _env_from_wire(path: Path, **kwargs: Any) -> Any:
+def _env_from_wire(path: Path, while_decoding: bool = False, **kwargs: Any) -> Any:
     env_dict = RailEnvPersister.load_env_dict(str(path))
-    wire = codec.encode(flatland_env.env_state_to_wire(env_dict))
-    decoded = flatland_env.env_state_from_wire(codec.decode(wire, codec.REPLY_LIMITS))
+    if while_decoding:
+        decoded = _env_state_sent(flatland_env.env_state_to_wire(env_dict))
+    else:
+        wire = codec.encode(flatland_env.env_state_to_wire(env_dict))
+        decoded = flatland_env.env_state_from_wire(codec.decode(wire, codec.REPLY_LIMITS))
     return flatland_env.build_rail_env(decoded, **kwargs)
 
 
@@ -467,9 +516,9 @@ def _agent_view(env: Any) -> list[tuple]:
     return [(a.current_configuration, a.state, a.malfunction_handler.malfunction_down_counter) for a in env.agents]
 
 
-def _compare_with_file(path: Path, seed: int) -> int:
+def _compare_with_file(path: Path, seed: int, while_decoding: bool = False) -> int:
     """Step an env built from the wire and one loaded from the file alike; return the malfunctions seen."""
-    env = _env_from_wire(path)
+    env = _env_from_wire(path, while_decoding)
     reference, _ = RailEnvPersister.load_new(str(path))
     assert env.get_num_agents() == reference.get_num_agents() > 0
     env.reset(regenerate_rail=True, regenerate_schedule=True, random_seed=1001)
@@ -495,9 +544,10 @@ def _compare_with_file(path: Path, seed: int) -> int:
     return malfunction_steps
 
 
+@pytest.mark.parametrize("while_decoding", [False, True], ids=["walk", "while-decoding"])
 @pytest.mark.parametrize("index", [0, 1, 2])
-def test_env_from_wire_steps_like_env_from_file(tiny_envs, index):
-    _compare_with_file(tiny_envs[index], seed=index)
+def test_env_from_wire_steps_like_env_from_file(tiny_envs, index, while_decoding):
+    _compare_with_file(tiny_envs[index], seed=index, while_decoding=while_decoding)
 
 
 def test_env_comparison_covers_malfunctions(tiny_envs):
