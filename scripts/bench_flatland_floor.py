@@ -10,7 +10,8 @@ agent) and ``--worker mirror-env``:
 - the agent plays the lean loop; before each local ``env.step`` it sends the step as arbiter's
   client does (one packet that takes the errors list's next entry and queues the step, its
   answers read after the local step), and once the last episode ends it waits until the other
-  side has stepped everything (where arbiter's agent waits for its submission's reply);
+  side has stepped everything (where arbiter's agent waits for its submission's reply). Like
+  arbiter's client, it freezes what its process has loaded before the first episode;
 - the other side waits and takes as arbiter's evaluator does (its blocking ``BLMOVE`` with the
   reply switched off, then the bounded take) and steps its lean copy, loading each episode's env
   when the first step of that episode comes; like the evaluator's env, that copy builds no step
@@ -65,6 +66,14 @@ def worker_mirror(args: argparse.Namespace) -> int:
         return step
 
     told([READY], args.reply_timeout)  # the other side has started: its start is not measured
+    # What arbiter's client does to its process once it is set up, before the first episode
+    # (client/remote_client.py): the floor's agent has it too, with what the loop imports loaded.
+    import flatland.envs.step_utils.states  # noqa: F401
+
+    import arbiter.server.formats.flatland.generate  # noqa: F401
+    from arbiter.client.remote_client import set_aside_what_is_loaded
+
+    set_aside_what_is_loaded()
     try:
         return play_in_process("mirror", lean_loader(), args, stepper, finish=lambda: told([END], args.reply_timeout))
     finally:
