@@ -84,7 +84,9 @@ class Rebuilder:
     def __init__(self, allowed_packages: Iterable[str]):
         self.allowed_packages = tuple(allowed_packages)
         self._classes: dict[str, type] = {}
-        self._object_classes: dict[str, tuple[type, bool]] = {}
+        # An obj map's class and whether it has its own __setstate__ (Any: a class known only as
+        # a type has no __new__ that mypy lets be called on itself).
+        self._object_classes: dict[str, tuple[Any, bool]] = {}
 
     def _allowed(self, module: str) -> bool:
         return any(module == p or module.startswith(p + ".") for p in self.allowed_packages)
@@ -173,7 +175,7 @@ class Rebuilder:
             return set(items) if tag == "set" else frozenset(items)
         raise DecodeError(f"unknown env state tag {tag!r}")
 
-    def _object_class(self, path: object) -> tuple[type, bool]:
+    def _object_class(self, path: object) -> tuple[Any, bool]:
         """The class an ``obj`` map names, and whether it restores itself from its state with a
         ``__setstate__`` of its own (flatland's Cython classes) or gets its attributes set."""
         try:
