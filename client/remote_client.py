@@ -244,8 +244,8 @@ class RemoteClient(Wire):
         after a lost connection) carries the same sequence number and is applied once.
         """
         message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._step_channel)
-        # Packed by hiredis into one piece: redis-py's own packing costs more than the rest of
-        # the step's bookkeeping (the docs' performance page).
+        # Packed by hiredis into one piece: redis-py's own packing of these two commands costs
+        # more than encoding the request itself (the docs' performance page).
         packet = self._take_error_packed + pack(("LPUSH", self.commands_key, message))
         try:
             connection = self._step_connection()
