@@ -48,12 +48,15 @@ def response_key(service_id: str, token: str) -> str:
     return response_prefix(service_id) + token
 
 
+def response_channel_pattern(service_id: str) -> re.Pattern[str]:
+    """The names of this service id's reply lists: an evaluator compiles it once and matches
+    every request's channel against it (``is_valid_response_channel``)."""
+    return re.compile(re.escape(response_prefix(service_id)) + RESPONSE_TOKEN_RE.pattern)
+
+
 def is_valid_response_channel(channel: object, service_id: str) -> bool:
     """True only for a reply list of this service id, so the server never writes elsewhere."""
-    if not isinstance(channel, str):
-        return False
-    prefix = response_prefix(service_id)
-    return channel.startswith(prefix) and RESPONSE_TOKEN_RE.fullmatch(channel, len(prefix)) is not None
+    return isinstance(channel, str) and response_channel_pattern(service_id).fullmatch(channel) is not None
 
 
 def evaluation_keys(service_id: str) -> list[str]:

@@ -34,6 +34,18 @@ LARGE_ARGUMENT = 64 * 1024
 # A command: its arguments, or the command already packed (``pack``).
 Command = tuple[Any, ...] | bytes
 
+# How many forks this process descends from: a Packets made before a fork sees it is in a child
+# by this number, without asking the kernel for its pid at every exchange (a system call each).
+_fork_generation = 0
+
+
+def _count_fork() -> None:
+    global _fork_generation
+    _fork_generation += 1
+
+
+os.register_at_fork(after_in_child=_count_fork)
+
 
 def connect(redis_url: str, socket_timeout_s: float, read_chunk: int = READ_CHUNK) -> redis.Redis:
     return redis.Redis.from_url(
@@ -71,7 +83,7 @@ class Packets:
         self._waiter = waiter
         self._connection: Any = None
         self._unread = 0  # replies of sent commands not read yet (``send``)
-        self._pid = os.getpid()
+        self._fork_generation = _fork_generation
 
     def read_in_chunks_of(self, size: int) -> None:
         """Read replies ``size`` bytes at a time from now on (``LARGE_READ_CHUNK`` for a side that
@@ -132,12 +144,12 @@ class Packets:
         return replies[len(replies) - (len(commands) - unanswered) :]
 
     def _own_connection(self) -> Any:
-        if self._pid != os.getpid():
+        if self._fork_generation != _fork_generation:
             # A forked child never writes on its parent's socket (nor shuts it down): it leaves
             # the inherited connection alone and opens its own, as redis-py's pool does.
             self._connection = None
             self._unread = 0
-            self._pid = os.getpid()
+            self._fork_generation = _fork_generation
         if self._connection is None:
             self._connection = self._pool.get_connection()
         return self._connection
@@ -205,13 +217,15 @@ def packed(commands: Sequence[Command]) -> list[bytes]:
     """The commands in Redis's protocol, as the pieces to write in order: one piece, unless an
     argument is larger than ``LARGE_ARGUMENT``, which is then a piece of its own (never copied).
     A command given as bytes is one packed already (``pack``)."""
+    pieces = []
     for command in commands:
-        if type(command) is bytes:
-            continue
-        for argument in command:
-            if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
-                return _packed_around_large(commands)
-    return [b"".join([command if isinstance(command, bytes) else pack_command(command) for command in commands])]
+        if type(command) is not bytes:
+            for argument in command:
+                if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
+                    return _packed_around_large(commands)
+            command = pack_command(command)
+        pieces.append(command)
+    return [b"".join(pieces)]
 
 
 def _packed_around_large(commands: Sequence[Command]) -> list[bytes]:

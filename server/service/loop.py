@@ -91,6 +91,10 @@ class EvaluatorService:
         self._downtime_seen_s = 0.0
         self._refused_replies_seen = 0  # transport.refused_replies already counted
         self.service_id = transport.service_id
+        self._reply_channel = keys.response_channel_pattern(self.service_id).fullmatch
+        # When the wait after the last turn ends, decided as its reply went out: the next turn's
+        # wait for a request is that one (nothing between them moves a deadline).
+        self._next_wait_at: float | None = None
         self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
         self._agent_gone = threading.Event()
         self._agent_status: int | None = None
@@ -178,9 +182,11 @@ class EvaluatorService:
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
         evaluation = self.evaluation
-        deadline = evaluation.endings.deadline()
+        wait_until, self._next_wait_at = self._next_wait_at, None
+        if wait_until is None:
+            wait_until = evaluation.endings.deadline().at
         raw = self.transport.pop(
-            deadline.at,
+            wait_until,
             should_stop=self._agent_gone.is_set,
             idle_pending=evaluation.preparation_pending,
             idle_work=evaluation.prepare_ahead,
@@ -273,7 +279,8 @@ class EvaluatorService:
             or evaluation.preparation_pending()
         ):
             return None
-        return evaluation.endings.deadline().at
+        self._next_wait_at = evaluation.endings.deadline().at
+        return self._next_wait_at
 
     def _decode(self, raw: bytes) -> Request | None:
         """The request in ``raw``, or None when it is not one (counted, logged, never answered:
@@ -288,7 +295,7 @@ class EvaluatorService:
             log.warning("rejected a message of %d bytes: %s", len(raw), exc)
             return None
         channel = message.get("response_channel")
-        reply_to = channel if keys.is_valid_response_channel(channel, self.service_id) else None
+        reply_to = channel if isinstance(channel, str) and self._reply_channel(channel) is not None else None
         if channel is not None and reply_to is None:
             counters["bad_reply_channels"] += 1
         payload = message.get("payload")
@@ -334,6 +341,8 @@ class EvaluatorService:
 
     def _admitted(self, request: Request, admission: Admission, handler: Handler, now: float) -> dict[str, Any] | None:
         """What the gate's verdict makes of the request: refused, dropped, answered again, or applied."""
+        if admission.verdict is Verdict.APPLY:  # nearly every request
+            return self._apply(request, admission, handler, now)
         counters = self.evaluation.counters
         if admission.verdict is Verdict.UNBOUND:
             counters["unbound_requests"] += 1
@@ -346,10 +355,8 @@ class EvaluatorService:
         if admission.verdict is Verdict.STALE:
             counters["stale_requests"] += 1
             return None
-        if admission.verdict is Verdict.RESEND:
-            counters["resent_requests"] += 1
-            return admission.cached_reply
-        return self._apply(request, admission, handler, now)
+        counters["resent_requests"] += 1  # Verdict.RESEND
+        return admission.cached_reply
 
     def _apply(self, request: Request, admission: Admission, handler: Handler, now: float) -> dict[str, Any] | None:
         """An admitted request, applied to the evaluation."""

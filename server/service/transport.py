@@ -168,7 +168,6 @@ class RedisTransport(OutageRidingCalls):
         outages = self.outages
         while not (self.stop_requested or should_stop()):
             remaining = deadline - time.monotonic()
-            block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
             if self._wait_sent is not None:
                 # The wait went out with the last reply (``reply``): its answers come first, and
                 # what it took joins the batch.
@@ -176,6 +175,7 @@ class RedisTransport(OutageRidingCalls):
                 may_block = True
                 self._call(self._read_sent_wait, blocks_s=max(0.0, sent_at + sent_block_s - time.monotonic()))
             else:
+                block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
                 idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
                 may_block = block_s >= MIN_BLOCK_S and not idle
                 if may_block:
