@@ -32,7 +32,7 @@ from arbiter.protocol.legacy.flatland_env import (
     rewards_for,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension
-from arbiter.protocol.redis_conn import pack
+from arbiter.protocol.redis_conn import pack, pack3
 
 log = logging.getLogger(__name__)
 
@@ -246,7 +246,7 @@ class RemoteClient(Wire):
         message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._step_channel)
         # Packed by hiredis into one piece: redis-py's own packing of these two commands costs
         # more than encoding the request itself (the docs' performance page).
-        packet = self._take_error_packed + pack(("LPUSH", self.commands_key, message))
+        packet = self._take_error_packed + pack3(b"LPUSH", self._commands_key_bytes, message)
         try:
             connection = self._step_connection()
             connection.send_packed_command([packet], check_health=False)

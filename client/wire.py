@@ -31,7 +31,7 @@ from arbiter.protocol.errors import (
     error_from_payload,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
-from arbiter.protocol.redis_conn import Packets, connect, pack, redacted
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, Command, Packets, connect, pack, pack3, redacted
 from arbiter.protocol.spin_wait import SpinWait, window_from_environment
 
 log = logging.getLogger(__name__)
@@ -97,6 +97,7 @@ class Wire:
         self.spin = SpinWait(window_s) if window_s > 0 else None
         self.packets = Packets(self.redis, waiter=self.spin)
         self.commands_key = keys.commands_key(self.service_id)
+        self._commands_key_bytes = self.commands_key.encode()
         self.errors_key = keys.errors_key(self.service_id)
         self._take_error_packed = pack(("RPOP", self.errors_key))  # in every step's packet: packed once
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
@@ -296,7 +297,12 @@ class Wire:
         queued). Only for requests that may be resent: after a connection error it is unknown
         whether the LPUSH landed, and the retry pushes it again. ``take_error``: RPOP the errors
         list first, in the same packet."""
-        push_and_wait = ("LPUSH", self.commands_key, message), ("BLPOP", channel, block_s)
+        push_and_wait: tuple[Command, Command] = (
+            ("LPUSH", self.commands_key, message)  # a large one is sent as it is, never copied (redis_conn)
+            if len(message) > LARGE_ARGUMENT
+            else pack3(b"LPUSH", self._commands_key_bytes, message),
+            pack3(b"BLPOP", channel.encode(), repr(block_s).encode()),
+        )
         results = self.packets.run((self._take_error_packed, *push_and_wait) if take_error else push_and_wait)
         if take_error:
             self._folded_error = results[0]

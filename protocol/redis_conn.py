@@ -213,18 +213,30 @@ def pack(command: tuple[Any, ...]) -> bytes:
     return pack_command(command)
 
 
+# A command of three arguments in Redis's protocol, to be %-formatted with each argument's length
+# and bytes: what ``pack`` makes of it, for the commands of every step (a reply's, a request's),
+# at a fraction of the cost of hiredis's packer.
+THREE_ARGUMENTS = b"*3\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n"
+
+
+def pack3(first: bytes, second: bytes, third: bytes) -> bytes:
+    """A command of three arguments, given as bytes, packed (``THREE_ARGUMENTS``)."""
+    return THREE_ARGUMENTS % (len(first), first, len(second), second, len(third), third)
+
+
 def packed(commands: Sequence[Command]) -> list[bytes]:
     """The commands in Redis's protocol, as the pieces to write in order: one piece, unless an
     argument is larger than ``LARGE_ARGUMENT``, which is then a piece of its own (never copied).
     A command given as bytes is one packed already (``pack``)."""
     pieces = []
     for command in commands:
-        if type(command) is not bytes:
-            for argument in command:
-                if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
-                    return _packed_around_large(commands)
-            command = pack_command(command)
-        pieces.append(command)
+        if isinstance(command, bytes):
+            pieces.append(command)
+            continue
+        for argument in command:
+            if type(argument) is bytes and len(argument) > LARGE_ARGUMENT:  # _is_large, inlined: per step
+                return _packed_around_large(commands)
+        pieces.append(pack_command(command))
     return [b"".join(pieces)]
 
 

@@ -14,9 +14,22 @@ from typing import Any
 
 import redis
 
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, THREE_ARGUMENTS, Command
+
 log = logging.getLogger(__name__)
 
 REPLY_TTL_S = 600  # a reply nobody reads (its client gone) leaves Redis after this
+_TTL = b"%d" % REPLY_TTL_S
+
+
+def framed_reply(channel: bytes, message: bytes) -> list[bytes]:
+    """The commands that write ``message`` to the reply list ``channel``, packed: ``pack3``'s
+    work, formatted here without its calls (the evaluator gives a reply every turn)."""
+    length = len(channel)
+    return [
+        THREE_ARGUMENTS % (5, b"RPUSH", length, channel, len(message), message),
+        THREE_ARGUMENTS % (6, b"EXPIRE", length, channel, len(_TTL), _TTL),
+    ]
 
 
 class Replies:
@@ -34,11 +47,14 @@ class Replies:
     def add(self, channel: str, message: bytes) -> None:
         self.unwritten.append((channel, message))
 
-    def commands(self) -> list[tuple[Any, ...]]:
+    def commands(self) -> list[Command]:
         """The commands that write the replies not written yet, two a reply."""
-        commands: list[tuple[Any, ...]] = []
+        commands: list[Command] = []
         for channel, message in self.unwritten:
-            commands += [("RPUSH", channel, message), ("EXPIRE", channel, REPLY_TTL_S)]
+            if len(message) > LARGE_ARGUMENT:  # sent as it is, never copied into a packed command
+                commands += [("RPUSH", channel, message), ("EXPIRE", channel, REPLY_TTL_S)]
+            else:
+                commands += framed_reply(channel.encode(), message)
         return commands
 
     def written(self) -> None:

@@ -10,7 +10,7 @@ import pytest
 import redis
 from harness import in_forked_child, wait_for
 
-from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, pack, packed
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK, Packets, connect, pack, pack3, packed
 
 
 @pytest.fixture
@@ -224,3 +224,22 @@ def test_a_lost_connection_forgets_the_unread_replies_and_the_next_run_reconnect
         packets.run([("ECHO", "lost")])
     assert packets.unread == 0
     assert packets.run([("ECHO", "back")]) == [b"back"]
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        (b"LPUSH", b"flatland-rl::sid::commands", b"\x83\xa4type\r\n$3\r\n*1"),
+        (b"BLPOP", "flatland-rl::sid::response::é".encode(), repr(0.25).encode()),
+        (b"EXPIRE", b"k", b"600"),
+        (b"X", b"", bytes(range(256)) * 300),
+    ],
+)
+def test_pack3_frames_a_command_as_hiredis_does(arguments):
+    assert pack3(*arguments) == hiredis.pack_command(arguments)
+
+
+def test_a_packet_of_pack3_commands_is_answered_as_the_same_commands_as_arguments(packets, redis_conn):
+    value = b"\r\n*2\r\n$4\r\nPING"  # protocol bytes inside a value stay a value
+    replies = packets.run([pack3(b"RPUSH", b"l", value), pack3(b"EXPIRE", b"l", b"600"), ("LRANGE", "l", 0, -1)])
+    assert replies == [1, 1, [value]]

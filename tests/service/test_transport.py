@@ -11,8 +11,10 @@ import pytest
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import LARGE_ARGUMENT
 from arbiter.server.service import transport as transport_module
 from arbiter.server.service import waits as waits_module
+from arbiter.server.service.replies import REPLY_TTL_S, Replies
 from arbiter.server.service.transport import POP_BATCH, REQUEST_LIMIT, TAKE_BYTES, RedisTransport
 
 
@@ -388,3 +390,29 @@ def test_a_sent_wait_whose_script_redis_lost_takes_with_the_scripts_text(transpo
     redis_conn.lpush(keys.commands_key(service_id), b"second")
     assert transport.pop(time.monotonic() + 5.0) == b"second"
     assert redis_conn.info("commandstats")["cmdstat_eval"]["calls"] == before + 1
+
+
+@pytest.mark.parametrize("size", [0, 1, 200, LARGE_ARGUMENT, LARGE_ARGUMENT + 1])
+def test_a_replys_commands_are_what_hiredis_packs_and_a_large_one_is_left_unpacked(size):
+    """A reply's RPUSH and EXPIRE are framed by hand (replies.framed_reply): byte for byte what
+    hiredis packs; one over LARGE_ARGUMENT stays arguments, sent as it is by the packet."""
+    channel = keys.response_key("sid-1", "0123456789abcdef" * 2)
+    message = (bytes(range(256)) * (size // 256 + 1))[:size]  # CR, LF, "$" and "*" among its bytes
+    replies = Replies()
+    replies.add(channel, message)
+    commands = replies.commands()
+    expected = [("RPUSH", channel, message), ("EXPIRE", channel, REPLY_TTL_S)]
+    if size > LARGE_ARGUMENT:
+        assert commands == expected
+    else:
+        assert commands == [hiredis.pack_command(command) for command in expected]
+
+
+def test_replies_large_and_small_reach_their_lists_whole_with_their_expiry(transport, redis_conn, service_id):
+    small, large = b"\r\n*1\r\n$3\r\nnot a command", bytes(range(256)) * (LARGE_ARGUMENT // 256 + 1)
+    channels = [keys.response_key(service_id, f"{n:032x}") for n in (1, 2)]
+    transport.reply(channels[0], small)
+    transport.reply(channels[1], large)
+    transport.flush()
+    assert [redis_conn.lrange(channel, 0, -1) for channel in channels] == [[small], [large]]
+    assert all(0 < redis_conn.ttl(channel) <= REPLY_TTL_S for channel in channels)
