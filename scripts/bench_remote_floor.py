@@ -122,6 +122,18 @@ def worker_floor_agent(args: argparse.Namespace) -> int:
     return _emit("floor", setup, played)
 
 
+def floor_answer(env: Any, message: list[Any]) -> list[Any] | None:
+    """The env side's answer to a request, as a bare list; None for the last one (``END``)."""
+    if message[0] == "reset":
+        return [env.reset(seed=message[1])[0].tolist()]
+    if message[0] == "step":
+        observation, reward, terminated, truncated, _ = env.step(message[1])
+        return [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
+    if message[0] == READY:
+        return []
+    return None
+
+
 def worker_floor_env(args: argparse.Namespace) -> int:
     import gymnasium
     import msgpack
@@ -146,15 +158,8 @@ def worker_floor_env(args: argparse.Namespace) -> int:
             for raw in taken:
                 if reply:  # several requests taken at once: the earlier ones' replies go now
                     packets.send(reply)
-                message = msgpack.unpackb(raw)
-                if message[0] == "reset":
-                    body: list[Any] = [env.reset(seed=message[1])[0].tolist()]
-                elif message[0] == "step":
-                    observation, reward, terminated, truncated, _ = env.step(message[1])
-                    body = [observation.tolist(), float(reward), bool(terminated), bool(truncated)]
-                elif message[0] == READY:
-                    body = []
-                else:
+                body = floor_answer(env, msgpack.unpackb(raw))
+                if body is None:
                     packets.run([("RPUSH", replies, msgpack.packb([])), ("EXPIRE", replies, REPLY_TTL_S)])
                     emit({"handled": handled})
                     return 0

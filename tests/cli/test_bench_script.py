@@ -1,7 +1,8 @@
 """The benchmarks run end to end in their quick modes: scripts/bench.py (four Flatland paths),
 scripts/bench_remote_env.py (CartPole-v1 in process, through AsyncVectorEnv(1), through RemoteEnv),
-scripts/bench_metalc.py (MetaLC's development phase in process and through arbiter) and
-scripts/bench_wire_floor.py (bare round trips, then what a write that wakes a process costs);
+scripts/bench_metalc.py (MetaLC's development phase in process and through arbiter),
+scripts/bench_wire_floor.py (bare round trips, then what a write that wakes a process costs) and
+scripts/bench_turn.py (the evaluator's turn against the floor's, Redis's socket stood in for);
 matching trajectories, sound ratios, each target judged against its peer, the tables printed."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ BENCH = REPO / "scripts" / "bench.py"
 BENCH_REMOTE_ENV = REPO / "scripts" / "bench_remote_env.py"
 BENCH_WIRE_FLOOR = REPO / "scripts" / "bench_wire_floor.py"
 BENCH_METALC = REPO / "scripts" / "bench_metalc.py"
+BENCH_TURN = REPO / "scripts" / "bench_turn.py"
 
 
 def target_line(stdout: str, label: str) -> list[str]:
@@ -332,3 +334,29 @@ def test_metalc_per_dataset_figure_weighs_each_dataset_by_how_it_was_opened() ->
     assert mixed == pytest.approx((27 * 900e-6 + 3 * 600e-6) / 30)
     assert closings_only == pytest.approx(900e-6)
     assert none == 0.0
+
+
+@pytest.mark.timeout(120)
+def test_turn_benchmark_times_both_sides_turns_on_the_same_episodes(tmp_path: Path) -> None:
+    report = tmp_path / "turn.json"
+    completed = subprocess.run(
+        [sys.executable, str(BENCH_TURN), "--quick", "--json", str(report)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    rows = {parts[0]: parts for parts in map(str.split, completed.stdout.splitlines()) if len(parts) == 3}
+    medians = {path: float(rows[path][1]) for path in ("arbiter", "floor", "env")}
+    # every turn steps the env once: neither side's turn can take less than the env's step alone
+    assert 0 < medians["env"] < medians["floor"] < medians["arbiter"], medians
+    difference = float(completed.stdout.split("arbiter − floor: median ")[1].split()[0])
+    assert difference == pytest.approx(medians["arbiter"] - medians["floor"], abs=0.011)
+    assert "500 steps per path and round; 1 round(s) after 0 warm-up" in completed.stdout
+    saved = json.loads(report.read_text(encoding="utf-8"))
+    assert saved["same"] is True and "episodes: identical on every path" in completed.stdout
+    # the comparison is of real episodes: CartPole's, ended by the env, the same on every side
+    returns = saved["returns"]
+    assert returns["arbiter"] == returns["floor"] == returns["env"] and len(returns["env"]) >= 1
+    assert all(0 < r < 500 for r in returns["env"])
