@@ -244,8 +244,9 @@ class RemoteClient(Wire):
         after a lost connection) carries the same sequence number and is applied once.
         """
         message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._step_channel)
-        # Packed by hiredis into one piece: redis-py's own packing of these two commands costs
-        # more than encoding the request itself (the docs' performance page).
+        # One piece, the errors list's RPOP packed once and the LPUSH framed here (pack3): redis-py's
+        # own packing of these two commands costs more than encoding the request itself (the docs'
+        # performance page).
         packet = self._take_error_packed + pack3(b"LPUSH", self._commands_key_bytes, message)
         try:
             connection = self._step_connection()

@@ -91,7 +91,7 @@ class EvaluatorService:
         self._downtime_seen_s = 0.0
         self._refused_replies_seen = 0  # transport.refused_replies already counted
         self.service_id = transport.service_id
-        self._reply_channel = keys.response_channel_pattern(self.service_id).fullmatch
+        self._match_reply_channel = keys.response_channel_pattern(self.service_id).fullmatch
         # When the wait after the last turn ends, decided as its reply went out: the next turn's
         # wait for a request is that one (nothing between them moves a deadline).
         self._next_wait_at: float | None = None
@@ -295,7 +295,7 @@ class EvaluatorService:
             log.warning("rejected a message of %d bytes: %s", len(raw), exc)
             return None
         channel = message.get("response_channel")
-        reply_to = channel if isinstance(channel, str) and self._reply_channel(channel) is not None else None
+        reply_to = channel if isinstance(channel, str) and self._match_reply_channel(channel) is not None else None
         if channel is not None and reply_to is None:
             counters["bad_reply_channels"] += 1
         payload = message.get("payload")
