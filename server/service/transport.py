@@ -167,7 +167,6 @@ class RedisTransport(OutageRidingCalls):
             return self._batch.popleft()
         outages = self.outages
         while not (self.stop_requested or should_stop()):
-            remaining = deadline - time.monotonic()
             if self._wait_sent is not None:
                 # The wait went out with the last reply (``reply``): its answers come first, and
                 # what it took joins the batch.
@@ -175,6 +174,7 @@ class RedisTransport(OutageRidingCalls):
                 may_block = True
                 self._call(self._read_sent_wait, blocks_s=max(0.0, sent_at + sent_block_s - time.monotonic()))
             else:
+                remaining = deadline - time.monotonic()
                 block_s = min(remaining - POLL_MARGIN_S, MAX_BLOCK_S)
                 idle = remaining > IDLE_WORK_MARGIN_S and idle_pending()
                 may_block = block_s >= MIN_BLOCK_S and not idle
@@ -283,7 +283,9 @@ class RedisTransport(OutageRidingCalls):
         wait_at = 2 * len(replies.unconfirmed)
         wait_answers = range(wait_at, wait_at + WAIT_ANSWERED) if sent_wait is not None else range(0)
         try:
-            answers = self.packets.run(replies.commands() + commands, errors_in_place=True, unanswered=unanswered)
+            if replies.unwritten:
+                commands = replies.commands() + commands
+            answers = self.packets.run(commands, errors_in_place=True, unanswered=unanswered)
             for answer in answers:  # a loop: a generator in any() costs more than the rest of this check
                 if isinstance(answer, redis.ResponseError):
                     replies.sort_refusals(answers, own, raise_own=not own_errors_in_place, skip=wait_answers)
