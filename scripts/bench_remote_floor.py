@@ -89,34 +89,46 @@ def take_after(packets: Any, reply: list[Any], wait: list[bytes], unanswered: in
     return packets.run([], errors_in_place=True)[-1]  # the reply's acknowledgements, then the take's answer
 
 
-def worker_floor_agent(args: argparse.Namespace) -> int:
-    import msgpack
-    import numpy as np
+class FloorAgent:
+    """The floor's agent: each request sent as RemoteEnv sends it, in one packet that takes the
+    errors list's next entry, queues the request and waits for its reply, over ``packets``."""
 
-    requests, replies, errors = _keys(args.service_id)
-    packets = packets_to(args.redis_url, waits_as="agent")
+    def __init__(self, packets: Any, service_id: str):
+        import msgpack
+        import numpy as np
 
-    def request(message: list[Any], wait_s: float = 10.0) -> list[Any]:
-        found = packets.run([("RPOP", errors), ("LPUSH", requests, msgpack.packb(message)), ("BLPOP", replies, wait_s)])
+        self.packets, self.msgpack, self.np = packets, msgpack, np
+        self.requests, self.replies, self.errors = _keys(service_id)
+
+    def request(self, message: list[Any], wait_s: float = 10.0) -> list[Any]:
+        push = ("LPUSH", self.requests, self.msgpack.packb(message))
+        found = self.packets.run([("RPOP", self.errors), push, ("BLPOP", self.replies, wait_s)])
         if found[-1] is None:
             raise RuntimeError(f"the floor's env side did not answer within {wait_s:g} s")
-        return msgpack.unpackb(found[-1][1])
+        return self.msgpack.unpackb(found[-1][1])
 
+    def reset(self, seed: int | None) -> Any:
+        return self.np.asarray(self.request(["reset", seed])[0], dtype=self.np.float32)
+
+    def step(self, action: int) -> tuple[Any, float, bool, bool]:
+        observation, reward, terminated, truncated = self.request(["step", action])
+        return self.np.asarray(observation, dtype=self.np.float32), reward, terminated, truncated
+
+
+def worker_floor_agent(args: argparse.Namespace) -> int:
+    packets = packets_to(args.redis_url, waits_as="agent")
+    agent = FloorAgent(packets, args.service_id)
     before = time.perf_counter()
-    request([READY], wait_s=args.reply_timeout)  # the env side has started: its start is not measured
+    agent.request([READY], wait_s=args.reply_timeout)  # the env side has started: its start is not measured
     setup = time.perf_counter() - before
 
     def reset(episode: int) -> tuple[Any, int | None]:
         seed = _seed(args, episode)
-        return np.asarray(request(["reset", seed])[0], dtype=np.float32), seed
-
-    def step(action: int) -> tuple[Any, float, bool, bool]:
-        observation, reward, terminated, truncated = request(["step", action])
-        return np.asarray(observation, dtype=np.float32), reward, terminated, truncated
+        return agent.reset(seed), seed
 
     try:
-        played = play(reset, step, args.steps)
-        request([END])
+        played = play(reset, agent.step, args.steps)
+        agent.request([END])
     finally:
         packets.close()
     return _emit("floor", setup, played)

@@ -1,26 +1,29 @@
 #!/usr/bin/env python3
-"""What the evaluator's turn costs in Python, with Redis's socket stood in for: arbiter's evaluator
-against the floor's env side, each answering the same CartPole steps, nothing of Redis on the path.
+"""What a remote step costs each side in Python, with Redis stood in for: arbiter's RemoteEnv and
+evaluator against the floor's agent and env side, playing the same CartPole steps in one process.
 
     python scripts/bench_turn.py [--steps N] [--rounds R] [--warmup W] [--json PATH] [--quick]
 
 bench_remote_env.py measures whole steps, in which Redis and two wake-ups take most of the time and
-swing from round to round by more than a change to a turn makes. Here each side's connection to
-Redis keeps its socket's place but not its socket: what the side writes is dropped, and its next
-read gets what Redis would answer (the acknowledgements of the last reply, the wait's ``+OK`` and
-the take holding the next request), at no cost of its own. So a turn is timed as the side runs it
-(its decoding, its bookkeeping, its packets packed and parsed) with nothing but its own Python:
+swing from round to round by more than a change to either side makes. Here each side's connection
+to Redis keeps its socket's place but not its socket: the agent's packet is answered in process
+(its errors list empty, its request handed to the env side's turn, its wait given that turn's
+reply), and the env side's next read gets what Redis would answer (the acknowledgements of the
+last reply, the wait's ``+OK`` and the take holding the request). So each side's work is timed as
+it runs, its packets packed and parsed, with nothing of Redis's in it; what the stand-ins do is
+kept out of the agent's time:
 
-  arbiter  the evaluator of bench_remote_env.py's preset (phase 2, one training run), built as
-           ``arbiter serve`` builds it; one ``EvaluatorService._serve_once`` per turn, fed the
-           requests RemoteEnv sends (built between turns, not timed);
-  floor    bench_remote_floor.py's env side: its packet with the last reply and the wait, the take
-           read, the bare msgpack request decoded, the env stepped and the reply built;
+  arbiter  ``RemoteEnv.step`` against the evaluator of bench_remote_env.py's preset (phase 2, one
+           training run), built as ``arbiter serve`` builds it: one ``EvaluatorService._serve_once``
+           a step;
+  floor    bench_remote_floor.py's agent and env side: bare msgpack lists, the env side's packet
+           with the last reply and the wait, the take read, the env stepped;
   env      CartPole's own step in a loop of its own, for scale.
 
-Both sides play the evaluator's seeds with bench_remote_workers.py's agent, and their episodes
-must come out the same (MISMATCH, exit 1, otherwise). A redis-server is started (the evaluator's
-build and the floor's script need one), and stopped by its pid on the way out.
+Every path plays the evaluator's seeds with bench_remote_workers.py's agent, and their episodes
+must come out the same (MISMATCH, exit 1, otherwise). A redis-server is started (each side's
+connection opens on it before its socket is stood in for, and the floor loads its script there),
+and stopped by its pid on the way out.
 """
 
 from __future__ import annotations
@@ -32,26 +35,44 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 from bench_remote_env import ENV_ID, MIN_STEPS, PRESET, SEED
-from bench_remote_floor import REPLY_TTL_S, _keys, evaluator_wait, floor_answer, take_after
+from bench_remote_floor import REPLY_TTL_S, FloorAgent, _keys, evaluator_wait, floor_answer, packets_to, take_after
 from bench_remote_workers import agent_action
 from harness import BenchSession, machine_info, machine_line, write_json
 
 PATHS = ("arbiter", "floor", "env")
 QUICK = {"rounds": 1, "warmup": 0, "steps": 500}
+clock = time.perf_counter_ns
 
 
 def redis_answers(acknowledged: int, request: bytes) -> bytes:
-    """What Redis answers a side's packet with: ``acknowledged`` replies' RPUSH and EXPIRE, then the
-    wait's CLIENT REPLY ON and the take, holding ``request``."""
+    """What Redis answers an env side's packet with: ``acknowledged`` replies' RPUSH and EXPIRE,
+    then the wait's CLIENT REPLY ON and the take, holding ``request``."""
     return b":1\r\n:1\r\n" * acknowledged + b"+OK\r\n*1\r\n$%d\r\n%s\r\n" % (len(request), request)
 
 
+def commands_in(packet: bytes) -> Iterator[list[bytes]]:
+    """The commands of a packet in Redis's protocol, each as its arguments."""
+    at = 0
+    while at < len(packet):
+        end = packet.index(b"\r\n", at)
+        count = int(packet[at + 1 : end])  # *<arguments>
+        at = end + 2
+        arguments = []
+        for _ in range(count):
+            end = packet.index(b"\r\n", at)
+            size = int(packet[at + 1 : end])  # $<bytes>
+            arguments.append(packet[end + 2 : end + 2 + size])
+            at = end + 2 + size + 2
+        yield arguments
+
+
 class StandInSocket:
-    """A connection's socket as the side sees it, at no cost: writes are dropped, and the next read
+    """A connection's socket as its side sees it, at no cost: writes are dropped, and the next read
     gets ``answers`` (set before each turn), once."""
 
     def __init__(self) -> None:
@@ -78,19 +99,59 @@ class StandInSocket:
         pass
 
 
-def stand_in(packets: Any) -> StandInSocket:
-    """``packets``' connection (opened on the real Redis) with its socket stood in for; no polling."""
+class AgentStandIn(StandInSocket):
+    """An agent's connection, answered in process: the errors list is empty, a pushed request is
+    served by ``serve`` (the env side's turn, which returns its reply), and the wait that follows
+    gets that reply. What this takes, the env side's turn included, is counted in ``inside_ns``, to
+    be taken off the agent's time."""
+
+    def __init__(self, serve: Callable[[bytes], bytes]):
+        super().__init__()
+        self.serve = serve
+        self.packets: list[bytes] = []
+        self.inside_ns = 0
+
+    def sendall(self, data: Any) -> None:
+        self.packets.append(data)
+
+    def recv_into(self, buffer: Any, nbytes: int = 0) -> int:
+        started = clock()
+        answers = []
+        reply = b""
+        for packet in self.packets:
+            for command in commands_in(bytes(packet)):
+                name = command[0].upper()
+                if name == b"RPOP":
+                    answers.append(b"$-1\r\n")
+                elif name == b"LPUSH":
+                    reply = self.serve(command[2])
+                    answers.append(b":1\r\n")
+                elif name == b"BLPOP":
+                    key = command[1]
+                    answers.append(b"*2\r\n$%d\r\n%s\r\n$%d\r\n%s\r\n" % (len(key), key, len(reply), reply))
+                else:
+                    raise RuntimeError(f"an agent sent {name!r}, which the stand-in does not answer")
+        self.packets.clear()
+        self.answers = b"".join(answers)
+        size = super().recv_into(buffer)
+        self.inside_ns += clock() - started
+        return size
+
+
+def stand_in(packets: Any, socket: StandInSocket) -> StandInSocket:
+    """``packets``' connection, opened on the real Redis, with ``socket`` for its socket; no polling."""
     packets.connect()
-    socket = StandInSocket()
     packets._connection._sock = socket
     packets._waiter = None
     return socket
 
 
-class ArbiterSide:
+class ArbiterSides:
+    """The evaluator, and RemoteEnv on a connection answered by it."""
+
     def __init__(self, redis_url: str, results: Path, total_steps: int):
-        from arbiter.protocol import codec, keys
-        from arbiter.protocol.messages import FLATLAND_RL, PROTOCOL_VERSION
+        from arbiter.client import remote_env
+        from arbiter.protocol import codec
         from arbiter.server.cli.main import load_competition
         from arbiter.server.service.build import build_service
 
@@ -98,122 +159,134 @@ class ArbiterSide:
         overrides = ["phase=2", "num_episodes=1", "phase2.num_runs=1", f"phase2.max_steps={max_steps}",
                      "phase2.stability_window=1", f"seed={SEED}"]  # fmt: skip
         service_id = f"turn-{uuid.uuid4().hex[:8]}"
-        self.codec, self.types = codec, FLATLAND_RL
         self.service = build_service(
             load_competition(PRESET, overrides), tests=None, results_dir=str(results), redis_url=redis_url,
             service_id=service_id, poll_window_us=0,
         )  # fmt: skip
-        self.socket = stand_in(self.service.transport.packets)
-        self.session, self.seq = uuid.uuid4().hex, 0
-        self.channel = keys.response_key(service_id, uuid.uuid4().hex)
-        ping = {"version": f"arbiter-{PROTOCOL_VERSION}", "arbiter": {"client": "bench_turn", "formats": "server-side"}}
-        pong = self.turn(FLATLAND_RL.PING, ping)[1]
-        self.item = next(s for s in pong["payload"]["arbiter"]["stages"] if s["phase"] == 2)["items"][0]
+        self.reply_limits, self.decode = codec.REPLY_LIMITS, codec.decode
+        self.evaluator_socket = stand_in(self.service.transport.packets, StandInSocket())
+        self.agent_socket = AgentStandIn(self.serve)
+        self.turn_ns = 0
+        sides = self
 
-    def turn(self, type_: str, payload: dict[str, Any]) -> tuple[int, dict[str, Any]]:
-        """One request served: its turn's nanoseconds and the reply."""
-        from arbiter.protocol.messages import request
+        class StandInWire(remote_env.Wire):  # RemoteEnv's wire, stood in for before its handshake
+            def __init__(self, *args: Any, **kwargs: Any):
+                super().__init__(*args, **kwargs)
+                stand_in(self.packets, sides.agent_socket)
 
-        self.seq += 1
-        payload["arbiter"] = {**payload.get("arbiter", {}), "session": self.session, "seq": self.seq}
-        raw = self.codec.encode(request(type_, payload, self.channel))
+        real_wire, remote_env.Wire = remote_env.Wire, StandInWire
+        try:
+            self.env = remote_env.RemoteEnv(redis_url, service_id, reply_timeout_s=30.0, shared_frames=False)
+        finally:
+            remote_env.Wire = real_wire
+        self.env.begin_stage(next(stage for stage in self.env.stages if stage["phase"] == 2))
+
+    def serve(self, request: bytes) -> bytes:
+        """The evaluator's turn on ``request``: its reply."""
         replies = self.service.transport.replies
-        self.socket.answers = redis_answers(len(replies.unconfirmed) + len(replies.unwritten), raw)
-        started = time.perf_counter_ns()
+        self.evaluator_socket.answers = redis_answers(len(replies.unconfirmed) + len(replies.unwritten), request)
+        started = clock()
         self.service._serve_once()
-        took = time.perf_counter_ns() - started
-        reply = self.codec.decode((replies.unwritten or replies.unconfirmed)[-1][1], self.codec.REPLY_LIMITS)
-        if reply.get("type") == self.types.ERROR:
-            raise RuntimeError(f"the evaluator refused {type_}: {reply['payload']}")
-        return took, reply
+        self.turn_ns += clock() - started
+        return (replies.unwritten or replies.unconfirmed)[-1][1]
 
     def reset(self, episode: int) -> Any:
-        asks = {"item": self.item, **({"within": True} if episode else {})}
-        return self.turn(self.types.ENV_CREATE, {"arbiter": asks})[1]["payload"]["observation"]
+        return self.env.reset()[0]
 
-    def step(self, action: int) -> tuple[int, Any, float, bool]:
-        took, reply = self.turn(self.types.ENV_STEP, {"action": action, "arbiter": {"reply": True}})
-        body = reply["payload"]
-        return took, body["observation"], body["reward"], body["terminated"] or body["truncated"]
+    def step(self, action: int) -> tuple[Any, float, bool]:
+        observation, reward, terminated, truncated, _ = self.env.step(action)
+        return observation, reward, terminated or truncated
 
 
-class FloorSide:
+class FloorSides:
+    """The floor's env side, and its agent on a connection answered by it."""
+
     def __init__(self, redis_url: str):
         import gymnasium
         import msgpack
-        import numpy as np
-        from bench_remote_floor import packets_to
 
         from arbiter.server.service.transport import WAIT_UNANSWERED
 
-        self.msgpack, self.np, self.unanswered = msgpack, np, WAIT_UNANSWERED
+        self.msgpack, self.unanswered = msgpack, WAIT_UNANSWERED
         self.env = gymnasium.make(ENV_ID)
         service_id = f"turn-{uuid.uuid4().hex[:8]}"
-        self.requests, self.replies, _ = _keys(service_id)
+        self.replies_key = _keys(service_id)[1]
         self.packets = packets_to(redis_url, waits_as="evaluator")
-        self.wait = evaluator_wait(self.packets, self.requests)  # loads the take's script into Redis
-        self.socket = stand_in(self.packets)
+        self.wait = evaluator_wait(self.packets, _keys(service_id)[0])  # loads the take's script into Redis
+        self.evaluator_socket = stand_in(self.packets, StandInSocket())
         self.reply: list[Any] = []
+        self.turn_ns = 0
+        self.agent_socket = AgentStandIn(self.serve)
+        agent_packets = packets_to(redis_url, waits_as="agent")
+        stand_in(agent_packets, self.agent_socket)
+        self.agent = FloorAgent(agent_packets, service_id)
 
-    def turn(self, message: list[Any]) -> tuple[int, list[Any]]:
-        self.socket.answers = redis_answers(1 if self.reply else 0, self.msgpack.packb(message))
-        started = time.perf_counter_ns()
+    def serve(self, request: bytes) -> bytes:
+        self.evaluator_socket.answers = redis_answers(1 if self.reply else 0, request)
+        started = clock()
         taken = take_after(self.packets, self.reply, self.wait, self.unanswered)
-        body = floor_answer(self.env, self.msgpack.unpackb(taken[0]))
-        self.reply = [("RPUSH", self.replies, self.msgpack.packb(body)), ("EXPIRE", self.replies, REPLY_TTL_S)]
-        took = time.perf_counter_ns() - started
-        return took, body
+        body = self.msgpack.packb(floor_answer(self.env, self.msgpack.unpackb(taken[0])))
+        self.reply = [("RPUSH", self.replies_key, body), ("EXPIRE", self.replies_key, REPLY_TTL_S)]
+        self.turn_ns += clock() - started
+        return body
 
     def reset(self, episode: int) -> Any:
         from arbiter.server.formats.base import reset_seed
 
-        return self.np.asarray(self.turn(["reset", reset_seed(SEED, 2, 0, episode)])[1][0], dtype=self.np.float32)
+        return self.agent.reset(reset_seed(SEED, 2, 0, episode))
 
-    def step(self, action: int) -> tuple[int, Any, float, bool]:
-        took, (observation, reward, terminated, truncated) = self.turn(["step", action])
-        return took, self.np.asarray(observation, dtype=self.np.float32), reward, terminated or truncated
+    def step(self, action: int) -> tuple[Any, float, bool]:
+        observation, reward, terminated, truncated = self.agent.step(action)
+        return observation, reward, terminated or truncated
 
 
 class EnvAlone:
+    """CartPole stepped in process; its step's time is the "agent's"."""
+
     def __init__(self) -> None:
         import gymnasium
 
         self.env = gymnasium.make(ENV_ID)
+        self.agent_socket = AgentStandIn(lambda request: b"")  # never used: nothing inside a step
+        self.turn_ns = 0
 
     def reset(self, episode: int) -> Any:
         from arbiter.server.formats.base import reset_seed
 
         return self.env.reset(seed=reset_seed(SEED, 2, 0, episode))[0]
 
-    def step(self, action: int) -> tuple[int, Any, float, bool]:
-        started = time.perf_counter_ns()
+    def step(self, action: int) -> tuple[Any, float, bool]:
         observation, reward, terminated, truncated, _ = self.env.step(action)
-        took = time.perf_counter_ns() - started
-        return took, observation, float(reward), terminated or truncated
+        return observation, float(reward), terminated or truncated
 
 
 class Player:
-    """One side played episode after episode, across rounds: its steps' turns timed, its episodes'
-    returns kept for the comparison."""
+    """One path played episode after episode, across rounds: the agent's and the env side's time in
+    its steps (resets not counted), and its episodes' returns for the comparison."""
 
-    def __init__(self, side: Any):
-        self.side = side
+    def __init__(self, sides: Any):
+        self.sides = sides
         self.returns: list[float] = []
-        self.observation = side.reset(0)
+        self.observation = sides.reset(0)
         self.episode_return = 0.0
 
-    def play(self, steps: int) -> float:
-        """``steps`` steps; the µs of a step's turn on average (resets not counted)."""
-        spent = 0
+    def play(self, steps: int) -> tuple[float, float]:
+        """``steps`` steps; µs a step: the agent's, the env side's."""
+        sides, socket = self.sides, self.sides.agent_socket
+        agent_ns = turn_ns = 0
         for _ in range(steps):
-            took, self.observation, reward, over = self.side.step(agent_action(self.observation))
-            spent += took
+            action = agent_action(self.observation)
+            inside, turns = socket.inside_ns, sides.turn_ns
+            started = clock()
+            self.observation, reward, over = sides.step(action)
+            agent_ns += clock() - started - (socket.inside_ns - inside)
+            turn_ns += sides.turn_ns - turns
             self.episode_return += reward
             if over:
                 self.returns.append(self.episode_return)
                 self.episode_return = 0.0
-                self.observation = self.side.reset(len(self.returns))
-        return spent / steps / 1000
+                self.observation = sides.reset(len(self.returns))
+        return agent_ns / steps / 1000, turn_ns / steps / 1000
 
 
 def main() -> int:
@@ -229,45 +302,52 @@ def main() -> int:
     if args.steps < 1 or args.rounds < 1 or args.warmup < 0:
         parser.error("--steps and --rounds must be at least 1, --warmup at least 0")
     machine = machine_info("gymnasium")
-    turns_us: dict[str, list[float]] = {path: [] for path in PATHS}
+    agent_us: dict[str, list[float]] = {path: [] for path in PATHS}
+    env_side_us: dict[str, list[float]] = {path: [] for path in PATHS}
     with BenchSession("arbiter-bench-turn-", script=Path(__file__).resolve()) as session:
         session.start_redis()
         total = args.steps * (args.rounds + args.warmup)
         with tempfile.TemporaryDirectory(prefix="arbiter-bench-turn-") as results:
             players = {
-                "arbiter": Player(ArbiterSide(session.redis.local_url, Path(results), total)),
-                "floor": Player(FloorSide(session.redis.local_url)),
+                "arbiter": Player(ArbiterSides(session.redis.local_url, Path(results), total)),
+                "floor": Player(FloorSides(session.redis.local_url)),
                 "env": Player(EnvAlone()),
             }
             gc.collect()
-            gc.freeze()  # what was built is kept: no collection walks it between turns
+            gc.freeze()  # what was built is kept: no collection walks it between steps
             for round_ in range(args.warmup + args.rounds):
-                order = PATHS if round_ % 2 == 0 else PATHS[::-1]
-                for path in order:
-                    us = players[path].play(args.steps)
+                for path in PATHS if round_ % 2 == 0 else PATHS[::-1]:
+                    agent, env_side = players[path].play(args.steps)
                     counted = round_ >= args.warmup
                     if counted:
-                        turns_us[path].append(us)
+                        agent_us[path].append(agent)
+                        env_side_us[path].append(env_side)
                     label = f"round {round_ - args.warmup + 1}" if counted else "warm-up"
-                    print(f"bench: {label} {path:<8} {us:7.2f} µs a turn", file=sys.stderr)
+                    print(f"bench: {label} {path:<8} agent {agent:7.2f} µs, env side {env_side:7.2f} µs a step",
+                          file=sys.stderr)  # fmt: skip
     played = {path: players[path].returns for path in PATHS}
     same = played["arbiter"] == played["floor"] == played["env"]
-    differences = [a - f for a, f in zip(turns_us["arbiter"], turns_us["floor"], strict=True)]
+
+    def spread(values: list[float]) -> str:
+        return f"{statistics.median(values):8.2f} [{min(values):.2f}–{max(values):.2f}]"
+
     print(
-        f"\nThe evaluator's turn, Redis's socket stood in for — {ENV_ID}, {args.steps} steps per path and round; "
+        f"\nA step's Python on each side, Redis stood in for — {ENV_ID}, {args.steps} steps per path and round; "
         f"{args.rounds} round(s) after {args.warmup} warm-up; {machine_line(machine)}"
     )
-    print(f"{'path':<9} {'µs a turn: median [min–max]':<30}")
-    for path in PATHS:
-        values = turns_us[path]
-        print(f"{path:<9} {statistics.median(values):8.2f} [{min(values):.2f}–{max(values):.2f}]")
-    print(
-        f"arbiter − floor: median {statistics.median(differences):.2f} µs a turn "
-        f"(per round: {', '.join(f'{d:.2f}' for d in differences)})"
-    )
-    episodes = len(played["arbiter"])
-    print(f"episodes: {'identical' if same else 'MISMATCH'} on every path ({episodes} finished)")
-    report = {"machine": machine, "args": vars(args), "turn_us": turns_us, "returns": played, "same": same}
+    print(f"{'path':<8} {'agent µs a step: median [min–max]':<34} env side µs a step")
+    for path in ("arbiter", "floor"):
+        print(f"{path:<8} {spread(agent_us[path]):<34} {spread(env_side_us[path])}")
+    print(f"{'env':<8} {spread(agent_us['env']):<34} (CartPole's step alone)")
+    for side, figures in (("agent", agent_us), ("env side", env_side_us)):
+        differences = [a - f for a, f in zip(figures["arbiter"], figures["floor"], strict=True)]
+        print(
+            f"arbiter − floor, {side}: median {statistics.median(differences):.2f} µs a step "
+            f"(per round: {', '.join(f'{d:.2f}' for d in differences)})"
+        )
+    print(f"episodes: {'identical' if same else 'MISMATCH'} on every path ({len(played['env'])} finished)")
+    report = {"machine": machine, "args": vars(args), "agent_us": agent_us, "env_side_us": env_side_us,
+              "returns": played, "same": same}  # fmt: skip
     write_json(args.json, report)
     return 0 if same else 1
 
