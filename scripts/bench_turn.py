@@ -151,7 +151,6 @@ class ArbiterSides:
 
     def __init__(self, redis_url: str, results: Path, total_steps: int):
         from arbiter.client import remote_env
-        from arbiter.protocol import codec
         from arbiter.server.cli.main import load_competition
         from arbiter.server.service.build import build_service
 
@@ -163,7 +162,6 @@ class ArbiterSides:
             load_competition(PRESET, overrides), tests=None, results_dir=str(results), redis_url=redis_url,
             service_id=service_id, poll_window_us=0,
         )  # fmt: skip
-        self.reply_limits, self.decode = codec.REPLY_LIMITS, codec.decode
         self.evaluator_socket = stand_in(self.service.transport.packets, StandInSocket())
         self.agent_socket = AgentStandIn(self.serve)
         self.turn_ns = 0
