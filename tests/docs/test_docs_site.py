@@ -152,6 +152,21 @@ def test_every_cited_anchor_exists(site: Path) -> None:
     assert not missing, "citations of anchors that do not exist:\n" + "\n".join(sorted(set(missing)))
 
 
+@pytest.mark.timeout(300)
+def test_no_list_item_is_rendered_as_text(site: Path) -> None:
+    """A list item that follows a paragraph with no blank line between them (the paragraph after
+    a table or a code block inside an item, which Markdown ends the list before) is rendered as a
+    line of that paragraph, dash and all."""
+    literal = []
+    for page in sorted(site.rglob("*.html")):
+        html = page.read_text(encoding="utf-8")
+        for paragraph in re.findall(r"<p>(.*?)</p>", html, re.S):
+            for line in paragraph.split("\n")[1:]:
+                if re.match(r"\s*(?:[-*]|\d+\.) \S", line):
+                    literal.append(f"{page.relative_to(site)}: {re.sub(r'<[^>]+>', '', line).strip()[:80]}")
+    assert not literal, "list items rendered as text (a blank line before them is missing):\n" + "\n".join(literal)
+
+
 def test_the_reliability_page_defines_every_fault() -> None:
     """Tests' docstrings name faults F1 to F17; docs/design/reliability.md#f5 must lead to F5."""
     text = (DOCS / "design" / "reliability.md").read_text(encoding="utf-8")
