@@ -41,11 +41,12 @@ from typing import Any
 
 from bench_remote_env import ENV_ID, MIN_STEPS, PRESET, SEED
 from bench_remote_floor import REPLY_TTL_S, FloorAgent, _keys, evaluator_wait, floor_answer, packets_to, take_after
-from bench_remote_workers import agent_action
+from bench_remote_workers import _seed, agent_action
 from harness import BenchSession, machine_info, machine_line, write_json
 
 PATHS = ("arbiter", "floor", "env")
 QUICK = {"rounds": 1, "warmup": 0, "steps": 500}
+PLAN = argparse.Namespace(seed=SEED)  # the evaluator's seeds, as bench_remote_env.py's workers reset with them
 clock = time.perf_counter_ns
 
 
@@ -208,9 +209,9 @@ class FloorSides:
         self.msgpack, self.unanswered = msgpack, WAIT_UNANSWERED
         self.env = gymnasium.make(ENV_ID)
         service_id = f"turn-{uuid.uuid4().hex[:8]}"
-        self.replies_key = _keys(service_id)[1]
+        requests_key, self.replies_key, _ = _keys(service_id)
         self.packets = packets_to(redis_url, waits_as="evaluator")
-        self.wait = evaluator_wait(self.packets, _keys(service_id)[0])  # loads the take's script into Redis
+        self.wait = evaluator_wait(self.packets, requests_key)  # loads the take's script into Redis
         self.evaluator_socket = stand_in(self.packets, StandInSocket())
         self.reply: list[Any] = []
         self.turn_ns = 0
@@ -229,9 +230,7 @@ class FloorSides:
         return body
 
     def reset(self, episode: int) -> Any:
-        from arbiter.server.formats.base import reset_seed
-
-        return self.agent.reset(reset_seed(SEED, 2, 0, episode))
+        return self.agent.reset(_seed(PLAN, episode))
 
     def step(self, action: int) -> tuple[Any, float, bool]:
         observation, reward, terminated, truncated = self.agent.step(action)
@@ -249,9 +248,7 @@ class EnvAlone:
         self.turn_ns = 0
 
     def reset(self, episode: int) -> Any:
-        from arbiter.server.formats.base import reset_seed
-
-        return self.env.reset(seed=reset_seed(SEED, 2, 0, episode))[0]
+        return self.env.reset(seed=_seed(PLAN, episode))[0]
 
     def step(self, action: int) -> tuple[Any, float, bool]:
         observation, reward, terminated, truncated, _ = self.env.step(action)
