@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import logging
 import os
-import signal
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,8 +60,8 @@ from arbiter.server.hosting.kubernetes_status import (
     job_state,
     next_step,
 )
+from arbiter.server.hosting.stop_signal import StopSignal
 from arbiter.server.hosting.submissions import Submission
-from arbiter.server.service import held_stops
 
 if TYPE_CHECKING:  # backends.py lists this backend: it is imported from there at run time, not here
     from arbiter.server.hosting.backends import Evaluated
@@ -74,7 +72,6 @@ INSTALL_HINT = "pip install 'arbiter[kubernetes]' (from a checkout: pip install 
 API_OUTAGE_S = 60.0  # how long the API server may fail (5xx, 429, no connection) before the attempt stops
 GONE_WAIT_S = TERMINATION_GRACE_S + 60.0  # a deleted Job's pod stops within its grace, then the Job goes
 IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-STOP_CHECK_S = 0.05  # how soon a SIGTERM ends a wait between two looks at the Job
 
 
 def require_kubernetes() -> Any:
@@ -303,42 +300,6 @@ def follow(
             )
         status = agent.status(stopped_it=step is not Step.COLLECT)
         return collect(results_dir, plan, state, status, stopped=step is Step.STOP, wait_s=options.results_wait_s)
-
-
-class StopSignal:
-    """Set by a SIGTERM to the work-horse while it follows its Job (handled in the main thread
-    only, where Python runs signal handlers). The handler only sets a plain attribute: one that
-    took a lock (a ``threading.Event``'s) could find it held by the very wait it interrupts, in the
-    same thread, and never return."""
-
-    def __init__(self) -> None:
-        self.requested = False
-        self.installed = False
-        self.previous: Any = None
-
-    def is_set(self) -> bool:
-        return self.requested
-
-    def wait(self, timeout_s: float) -> None:
-        """Sleep ``timeout_s``, or until a stop is requested (seen within ``STOP_CHECK_S``)."""
-        wake_at = time.monotonic() + timeout_s
-        while not self.requested and (left_s := wake_at - time.monotonic()) > 0:
-            time.sleep(min(left_s, STOP_CHECK_S))
-
-    def _request(self, signum: int, frame: Any) -> None:
-        self.requested = True
-
-    def __enter__(self) -> StopSignal:
-        if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGTERM, self._request)
-            self.installed = True
-            if held_stops.take() is not None:  # it came while the attempt was getting ready
-                self.requested = True
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.installed:  # None: the handler was not set from Python; the default takes its place
-            signal.signal(signal.SIGTERM, signal.SIG_DFL if self.previous is None else self.previous)
 
 
 class KubernetesBackend:
