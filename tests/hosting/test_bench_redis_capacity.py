@@ -15,6 +15,14 @@ import pytest
 BENCH = paths.REPO / "scripts" / "bench_redis_capacity.py"
 
 
+def edge_error(level: dict, calls_per_step: float) -> float:
+    """How far a command's calls per agent step can be off by the window's edges alone. Commands
+    are counted in the window and steps by when their reply came: an agent's step under way at
+    either edge has its commands counted and not its reply, or its reply and not its commands.
+    The agents all start at one signal and think alike, so they may all be under way at once."""
+    return calls_per_step * level["evaluations"] / level["agent_steps"]
+
+
 def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
     out = tmp_path / "capacity.json"
     done = subprocess.run(
@@ -64,14 +72,16 @@ def test_the_quick_redis_capacity_benchmark_runs_and_reports(tmp_path) -> None:
     assert prediction["predicted_share"] == pytest.approx(levels[-1]["steps_per_s"] * levels[0]["redis_cpu_per_step_s"])
     models = report["models"]
     assert [model["evaluations"] for model in models] == [4, 40]
-    real_calls = {name: stat["calls"] for name, stat in levels[-1]["commands_per_step"].items()}
+    real = levels[-1]
+    real_calls = {name: stat["calls"] for name, stat in real["commands_per_step"].items()}
     for model in models:
         per_step = model["redis_cpu_share"] * model["window_s"] / model["agent_steps"]
         assert model["redis_cpu_per_step_s"] == pytest.approx(per_step)
         # the model sends what the real evaluator and client send, command for command, each step
         model_calls = {name: stat["calls"] for name, stat in model["commands_per_step"].items()}
         for name in ("evalsha", "blmove", "blpop", "lpush", "rpush", "expire", "client", "rpop"):
-            assert model_calls[name] == pytest.approx(real_calls[name], abs=0.1), name
+            allowed = 0.05 + edge_error(real, real_calls[name]) + edge_error(model, model_calls[name])
+            assert model_calls[name] == pytest.approx(real_calls[name], abs=allowed), name
     calibration = report["calibration"]
     assert calibration["evaluations"] == 4
     assert calibration["ratio"] == pytest.approx(models[0]["redis_cpu_per_step_s"] / levels[-1]["redis_cpu_per_step_s"])
