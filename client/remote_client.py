@@ -246,7 +246,7 @@ class RemoteClient(Wire):
         message = self._tagged(FLATLAND_RL.ENV_STEP, payload, self._step_channel)
         # One piece, the errors list's RPOP packed once and the LPUSH framed here (pack3): redis-py's
         # own packing of these two commands costs more than encoding the request itself (the docs'
-        # performance page).
+        # performance log).
         packet = self._take_error_packed + pack3(b"LPUSH", self._commands_key_bytes, message)
         try:
             connection = self._step_connection()

@@ -209,7 +209,7 @@ class Packets:
 def pack(command: tuple[Any, ...]) -> bytes:
     """``command`` in Redis's protocol, for a caller that sends the same command many times: a
     packed command goes into a packet as it is, where packing it again each time would cost the
-    caller more than the rest of its turn's bookkeeping (the docs' performance page)."""
+    caller more than the rest of its turn's bookkeeping (the docs' performance log)."""
     return pack_command(command)
 
 

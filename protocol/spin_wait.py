@@ -7,7 +7,7 @@ evaluator in turn, so these wake-ups, not Python, are most of what a fast env's 
 costs. An agent waiting for its reply has nothing else to do: polling its socket for a short
 window instead of sleeping removes its own wake-up. With the requester polling, a round trip
 through redis-server takes a fraction of what it takes with both sides sleeping
-(``scripts/bench_wire_floor.py`` measures both; the docs' performance page has the figures).
+(``scripts/bench_wire_floor.py`` measures both; the docs' performance log has the figures).
 
 The evaluator polls too, for the next request, in a shorter window of its own
 (``server/service/transport.py``): one that sleeps leaves its vCPU idle while a fast agent

@@ -158,7 +158,7 @@ def test_every_format_is_served_by_an_evaluator_that_polls_unless_its_window_is_
     two_cpus, redis_url, service_id, tmp_path
 ):
     """MetaLC's included: its runner sleeps while its fold's process plays, so the evaluator's
-    polling takes no CPU they need (the performance page has the pairs that decided it)."""
+    polling takes no CPU they need (the docs' performance log has the pairs that decided it)."""
     meta = tmp_path / "meta"
     write_meta_dataset(str(meta), GeneratorSettings(datasets=6, algorithms=2, seed=1))
     metalc_spec = load_competition("metalc-wcci2022", [])
