@@ -11,8 +11,11 @@ evaluator resets with its own, and names it only once the episode is over, in th
 ``info["arbiter"]["seed"]`` of the step that ends it). Every wait has a
 timeout (``ServerUnavailable``); a budget timeout raises ``TimeoutException`` (a
 ``StopAsyncIteration``) at the next call, as in ``RemoteClient``. When the evaluator ends a
-training stage (converged, or its step limit), the next ``reset()`` or ``step()`` raises
-``StopIteration``, as ReinforceLab's convergence monitor does.
+training stage (converged, or its step limit), the step that ends it is ``truncated`` with
+``info["arbiter"]["stage_over"]`` set, and a ``step()`` after it raises ``StopIteration``, as
+ReinforceLab's convergence monitor does. A runner that follows the plan's stages
+(``begin_stage``) gets ``StopIteration`` from ``reset()`` too, until it begins the next stage; a
+plain loop's ``reset()`` starts whatever the plan holds next.
 
 When the evaluator is restarted (``--resume``) while this env is inside an item, the next call
 raises ``EvaluatorRestarted``: that item (with everything in the plan that depends on it) is
@@ -47,6 +50,8 @@ from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
 from arbiter.protocol.spaces import data_bytes, space_from_wire
 
 log = logging.getLogger(__name__)
+
+TRAINING_RUN_ENDED = "the evaluator ended this training run (converged, or at its step limit)"
 
 
 class RemoteEnv(gymnasium.Env):
@@ -125,8 +130,8 @@ class RemoteEnv(gymnasium.Env):
         if seed is not None and not self._ignored_seed_warned:
             log.warning("the evaluator chooses every reset's seed; reset(seed=%r) is ignored", seed)
             self._ignored_seed_warned = True
-        if self._stage_over and self.episode.get("stage") == "train":
-            raise StopIteration("the evaluator ended this training run")
+        if self._stage_over and self._stage is not None and self.episode.get("stage") == "train":
+            raise StopIteration(TRAINING_RUN_ENDED)
         asks = self._frames_asks({})
         expected = self._expected_item()
         if expected is not None:
@@ -155,7 +160,9 @@ class RemoteEnv(gymnasium.Env):
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         if self._stage_over and self.episode.get("stage") == "train":
-            raise StopIteration("the evaluator ended this training run")
+            raise StopIteration(TRAINING_RUN_ENDED)
+        if self.finished:
+            raise OutOfOrder("the evaluation has no episode left (reset() said env_done): call submit()")
         if not self.episode:
             raise OutOfOrder("step() before reset(): there is no running episode")
         asks = self._frames_asks({"reply": True})
