@@ -47,7 +47,7 @@ from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
 from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
-from arbiter.protocol.spaces import data_bytes, space_from_wire
+from arbiter.protocol.spaces import as_element, data_bytes, holds_tuple, space_from_wire
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ class RemoteEnv(gymnasium.Env):
             )
         self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
         self.action_space = space_from_wire(self.server_info["spaces"]["action"])
+        self._tuples_inside = holds_tuple(self.observation_space)  # rebuilt from msgpack's lists
         if data_bytes(self.observation_space) > LARGE_ARGUMENT and self.frames is None:  # every reply is large
             self.wire.packets.read_in_chunks_of(LARGE_READ_CHUNK)
         self.stages: list[dict[str, Any]] = list(self.server_info.get("stages", []))
@@ -154,8 +155,7 @@ class RemoteEnv(gymnasium.Env):
         info = dict(body.get("info") or {})
         info[EXTENSION_KEY] = self.episode
         info.setdefault("env_done", False)
-        observation = body.get("observation")
-        self._last_observation = observation if self.frames is None else self.frames.restore(observation)
+        self._last_observation = self._observation(body.get("observation"))
         return self._last_observation, info
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
@@ -172,9 +172,17 @@ class RemoteEnv(gymnasium.Env):
         info = dict(body.get("info") or {})
         if ext:
             info[EXTENSION_KEY] = ext
-        observation = body["observation"]
-        self._last_observation = observation if self.frames is None else self.frames.restore(observation)
+        self._last_observation = self._observation(body["observation"])
         return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+
+    def _observation(self, observation: Any) -> Any:
+        """An observation as the env made it: its large arrays from the shared frames, its tuples
+        tuples again."""
+        if self.frames is not None:
+            observation = self.frames.restore(observation)
+        if self._tuples_inside:
+            observation = as_element(self.observation_space, observation)
+        return observation
 
     def _frames_asks(self, asks: dict[str, Any]) -> dict[str, Any]:
         """``asks`` with the slot of the shared frames segment the reply's arrays go to."""

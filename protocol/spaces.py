@@ -123,6 +123,28 @@ def data_bytes(space: Any) -> int:
     return int(np.prod(getattr(space, "shape", None) or (), dtype=np.int64)) * itemsize
 
 
+def holds_tuple(space: Any) -> bool:
+    """Whether an element of ``space`` holds a Tuple anywhere: msgpack brings its tuples back as
+    lists, which ``as_element`` turns back."""
+    kind = type(space).__name__
+    if kind == "Tuple":
+        return True
+    if kind == "Dict":
+        return any(holds_tuple(member) for member in space.spaces.values())
+    return False
+
+
+def as_element(space: Any, value: Any) -> Any:
+    """``value`` decoded from the wire, with each Tuple of ``space`` a tuple again, as the env
+    made it (an agent may use a Tuple observation as a key); anything else as it came."""
+    kind = type(space).__name__
+    if kind == "Tuple" and isinstance(value, (list, tuple)) and len(value) == len(space.spaces):
+        return tuple(as_element(member, v) for member, v in zip(space.spaces, value, strict=True))
+    if kind == "Dict" and isinstance(value, dict):
+        return {k: as_element(space.spaces[k], v) if k in space.spaces else v for k, v in value.items()}
+    return value
+
+
 def action_for(space: Any, action: Any) -> Any:
     """The action as the space holds it (numpy scalars and lists made exact), or None when it is
     not an element of the space. Used by the evaluator to refuse actions outside the space."""

@@ -239,7 +239,7 @@ class Evaluation:
                 if wants_reply:
                     raise TimeoutException("the episode timed out; call env_create() for the next one")
                 return None
-            raise OutOfOrder("ENV_STEP without a running episode: call env_create() first")
+            raise OutOfOrder("ENV_STEP without a running episode: call env_create() first (RemoteEnv: reset())")
         action = payload.get("action") if isinstance(payload, dict) else None
         actions, invalid = episode.sanitize(action)  # a refused action raises: nothing is applied
         think = now - self.wait_started

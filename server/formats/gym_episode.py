@@ -68,7 +68,8 @@ class GymEpisode(OpenItem):
     def invalid_action(self, action: Any) -> tuple[Any, int]:
         """What stands in for an action outside the action space: by default nothing (refused)."""
         raise InvalidAction(
-            f"action {str(action)[:80]!r} is not in the action space {self.action_space}; nothing was applied"
+            f"action {repr(action)[:80]} ({type(action).__name__}) is not in the action space {self.action_space}; "
+            "nothing was applied"
         )
 
     def step(self, action: Any) -> bool:

@@ -145,3 +145,32 @@ def test_a_training_stage_ends_with_stop_iteration_and_the_evaluation_goes_on(se
     # A record per training episode, all of the run's item; then the evaluation episode's.
     played = [(record["index"], record["stage"]) for record in read_episodes(results)]
     assert played == [(0, "train"), (0, "train"), (1, "eval")]
+
+
+def test_a_tuple_observation_comes_back_a_tuple_as_in_process(redis_url, service_id, tmp_path):
+    """Blackjack's observation is a Tuple: msgpack carries it as a list, RemoteEnv gives the env's
+    tuple back (a tabular agent keys its table with it), equal to the same seeded env's in process."""
+    from fake_envs import fake_spec
+
+    spec = fake_spec(env_id="Blackjack-v1", env_kwargs={}, reward_per_step=None, worst_return=-1.0, phase=1,
+                     num_episodes=3)  # fmt: skip
+    results = str(tmp_path / "r")
+    with running_service(spec, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        env = connect(redis_url, service_id)
+        assert isinstance(env.observation_space, gymnasium.spaces.Tuple)
+        remote, local = [], []
+        local_env = gymnasium.make("Blackjack-v1")
+        for _ in range(3):
+            observation, _ = env.reset()
+            *_, terminated, _, info = env.step(0)  # stick: the episode ends, and names its seed
+            assert terminated
+            remote.append(observation)
+            local.append(local_env.reset(seed=info["arbiter"]["seed"])[0])
+        env.submit()
+        env.close()
+        assert finish(outcome)["state"] == "SUCCESS"
+    assert all(type(observation) is tuple for observation in remote)
+    assert remote == local and {observation: 0 for observation in remote}  # hashable, as the env's own

@@ -67,6 +67,8 @@ def test_an_action_outside_the_space_is_refused_and_nothing_is_applied(plan):
     opened = plan.open(plan.items[0])
     with pytest.raises(InvalidAction, match="not in the action space"):
         opened.sanitize(5)
+    with pytest.raises(InvalidAction, match=r"^action '1' \(str\) is not in the action space Discrete\(2\)"):
+        opened.sanitize("1")  # told apart from the number 1
     assert opened.steps == 0
     with pytest.raises(RuntimeError, match="before any step"):
         opened.step_reply(0)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from arbiter.protocol import codec
 from arbiter.protocol.errors import DecodeError
-from arbiter.protocol.spaces import action_for, data_bytes, space_from_wire, space_to_wire
+from arbiter.protocol.spaces import action_for, as_element, data_bytes, holds_tuple, space_from_wire, space_to_wire
 
 S = gymnasium.spaces
 
@@ -160,3 +160,14 @@ def test_data_bytes_counts_the_array_data_of_one_element():
         + sample["moves"][0].nbytes
         + sample["moves"][1].nbytes
     )
+
+
+def test_a_tuple_decoded_as_a_list_is_a_tuple_again_wherever_it_sits():
+    space = S.Dict(
+        {"hand": S.Tuple([S.Discrete(32), S.Tuple([S.Discrete(2), S.Discrete(2)])]), "box": S.Box(0, 1, (2,))}
+    )
+    assert holds_tuple(space) and not holds_tuple(S.Dict({"box": S.Box(0, 1, (2,))}))
+    value = {"hand": [16, [1, 0]], "box": [0.5, 0.5]}
+    assert as_element(space, value) == {"hand": (16, (1, 0)), "box": [0.5, 0.5]}
+    # Not an element (a wrong length, a stranger key): left as it came, for the agent to see.
+    assert as_element(space, {"hand": [16], "other": [1]}) == {"hand": [16], "other": [1]}
