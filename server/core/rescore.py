@@ -77,6 +77,8 @@ def read_summary(results_dir: str) -> dict[str, Any]:
         raise ConfigError(f"{results_dir} has no {SUMMARY_FILE} (the evaluation never ended)") from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{path} is not readable: {exc}") from None
+    except RecursionError:  # nested deeper than the parser goes: no summary arbiter wrote
+        raise ConfigError(f"{path} is not readable: nested too deeply") from None
     if not isinstance(summary, dict):
         raise ConfigError(f"{path} is not a summary (a JSON object)")
     return summary

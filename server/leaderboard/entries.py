@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any
@@ -122,7 +123,7 @@ def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str,
         return entry
     try:
         _score(entry, summary, rule_name)
-    except (ConfigError, OSError, ValueError, KeyError, TypeError) as exc:
+    except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         entry.problem = f"cannot be scored under {rule_name!r}: {exc}"
         return entry
     missing = [c for c in columns if entry.value(c) is None]
@@ -144,6 +145,7 @@ def _score(entry: Entry, summary: dict[str, Any], rule_name: str) -> None:
     if summary.get("scoring") == rule_name and recorded.get("figures"):
         entry.figures = {f["name"]: _figure(f) for f in recorded["figures"]}
         entry.context = dict(recorded.get("context") or {})
+        _check_plain(entry)
         return
     spec, rule = summary_rule(entry.results_dir, summary, rule_name)
     records = read_records(os.path.join(entry.results_dir, EPISODES_FILE))
@@ -155,12 +157,25 @@ def _score(entry: Entry, summary: dict[str, Any], rule_name: str) -> None:
     entry.figures = {f["name"]: _figure(f) for f in rule.figures(scored, score)}
     entry.context = dict(rule.context(scored, score))
     entry.rescored = summary.get("scoring") != rule_name
+    _check_plain(entry)
+
+
+def _check_plain(entry: Entry) -> None:
+    """A summary edited by hand, or damaged, may hold what no evaluation computes (NaN, text where
+    a figure belongs): such a folder is not ranked, and the board of the others is written."""
+    try:
+        json.dumps([entry.figures, entry.context], allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"its figures are not plain JSON ({exc})") from None
 
 
 def _figure(figure: dict[str, Any]) -> dict[str, Any]:
+    value = figure.get("value")
+    if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
+        raise ValueError(f"figure {figure.get('name')!r} is {str(value)[:40]!r}, not a finite number")
     spread = figure.get("spread") or {}
     return {
-        "value": figure.get("value"),
+        "value": value,
         "title": figure.get("title") or figure["name"],
         "direction": figure.get("direction", "higher"),
         "spec": figure.get("spec") or ".4f",

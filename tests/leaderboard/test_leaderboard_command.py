@@ -85,3 +85,27 @@ def test_report_on_a_folder_of_submissions_points_to_the_leaderboard(tmp_path, c
     assert main(["report", str(tmp_path / "results" / "cup")]) == 2
     err = capsys.readouterr().err
     assert "holds 3" in err and f"arbiter leaderboard --results-root {tmp_path / 'results'} --competition cup" in err
+
+
+def test_a_damaged_summary_is_not_ranked_and_the_others_still_are(tmp_path, capsys):
+    """Hand-edited or damaged summaries (a NaN figure, text where a number belongs, JSON nested past
+    the parser's depth) are listed as not ranked, each with its cause; the board is written."""
+    results = tmp_path / "results"
+    board_folders(results)
+    write_folder(results, "cup", "sub-n", "nora", {"phase1": float("nan"), "convergence": 1.0}, minutes=4)
+    write_folder(results, "cup", "sub-t", "tom", {"phase1": "abc", "convergence": 1.0}, minutes=5)  # type: ignore[dict-item]
+    deep = results / "cup" / "sub-d"
+    deep.mkdir()
+    (deep / "summary.json").write_text("[" * 100_000)
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    out = tmp_path / "board"
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "not ranked: nora sub-n: cannot be scored under 'two-phase': figure 'phase1' is 'nan', not a finite" in printed
+    )
+    assert "not ranked: tom sub-t: cannot be scored under 'two-phase': figure 'phase1' is 'abc'" in printed
+    assert "not ranked: sub-d sub-d: " in printed and "nested too deeply" in printed
+    board = json.loads((out / "leaderboard.json").read_text())
+    assert [r["participant"] for r in board["rows"]] == ["alice", "bob"]
+    assert {u["participant"] for u in board["unranked"]} == {"xavier", "nora", "tom", "sub-d"}
