@@ -375,18 +375,36 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers["leaderboard"] = cmd_leaderboard
     handlers.update(HOSTING_HANDLERS)  # submit, worker, submissions, cancel
     try:
-        return handlers[args.command](args)
+        status = handlers[args.command](args)
+        sys.stdout.flush()  # here, where a reader gone away is caught, not at the interpreter's exit
+        return status
     except (ArbiterError, FileExistsError, ValueError) as exc:
         print(f"arbiter: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:  # the evaluator handles SIGINT itself once it runs; this is the rest
         print("arbiter: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # What read the output went away (`arbiter submissions | head`): nothing is wrong here.
+        # Python would still complain when it flushes stdout at exit, so stdout goes nowhere now.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    except OSError as exc:
+        if exc.filename is None:  # not a file the user named or can fix: a bug, with its traceback
+            raise
+        print(f"arbiter: error: {exc}", file=sys.stderr)
+        return 2
     except Exception as exc:  # redis unreachable and similar: a clear line, not a traceback
         import redis
 
         if isinstance(exc, redis.ConnectionError):
             print(f"arbiter: error: cannot reach Redis: {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, redis.TimeoutError):
+            print(f"arbiter: error: Redis did not answer in time (hung, or out of reach): {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, redis.RedisError):  # refused: a database index out of range, a wrong password ...
+            print(f"arbiter: error: Redis refused: {exc}", file=sys.stderr)
             return 2
         raise
 

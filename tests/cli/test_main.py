@@ -170,3 +170,32 @@ def test_watch_follows_the_one_local_run_and_lists_several_without_their_passwor
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`arbiter ... | head`: once the reader has closed the pipe, the command ends as a writer
+    killed by SIGPIPE would (128 + 13), with no traceback."""
+    command = [sys.executable, "-m", "arbiter.server.cli", "acl", "--service-id", "s", "--password", "p"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()  # the reader is gone before anything is written
+    _, errors = process.communicate(timeout=60)
+    assert process.returncode == 128 + signal.SIGPIPE
+    assert errors == b""
+
+
+def test_a_folder_that_cannot_be_written_is_one_line_and_exit_status_2(capsys, tmp_path):
+    results = tmp_path / "r"
+    results.mkdir()
+    (results / "summary.json").write_text(json.dumps({"state": "SUCCESS", "format": "two-phase"}))
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    assert main(["report", str(results), "--out", str(blocked / "report.html")]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arbiter: error: ") and str(blocked) in error and "Traceback" not in error
+
+
+def test_redis_refusing_is_one_line_and_exit_status_2(capsys, redis_server):
+    """A database index the server does not have: Redis refuses it at the first command."""
+    assert main(["submissions", "--redis-url", f"redis://127.0.0.1:{redis_server.port}/999"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arbiter: error: Redis refused: ") and "DB index" in error
