@@ -25,6 +25,7 @@ from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
     ClientConflict,
+    ConfigError,
     EvaluatorRestarted,
     ServerUnavailable,
     TimeoutException,
@@ -57,11 +58,21 @@ def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[
 
 
 def reply_timeout(reply_timeout_s: float | None) -> float:
+    """The argument, else ``ARBITER_REPLY_TIMEOUT``, else the default; a finite number of
+    seconds > 0, since every wait must end (``ConfigError`` otherwise, naming where it came from)."""
+    source = "reply_timeout_s"
     if reply_timeout_s is None:
-        reply_timeout_s = float(os.environ.get("ARBITER_REPLY_TIMEOUT", DEFAULT_REPLY_TIMEOUT_S))
-    if not reply_timeout_s > 0:
-        raise ValueError(f"reply_timeout_s must be positive, got {reply_timeout_s!r}")
-    return reply_timeout_s
+        raw = os.environ.get("ARBITER_REPLY_TIMEOUT")
+        if raw is None:
+            return DEFAULT_REPLY_TIMEOUT_S
+        source = "ARBITER_REPLY_TIMEOUT"
+        try:
+            reply_timeout_s = float(raw)
+        except ValueError:
+            raise ConfigError(f"ARBITER_REPLY_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    if isinstance(reply_timeout_s, bool) or not 0 < reply_timeout_s < float("inf"):
+        raise ConfigError(f"{source} must be a finite number of seconds > 0, got {reply_timeout_s!r}")
+    return float(reply_timeout_s)
 
 
 class Wire:

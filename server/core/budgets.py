@@ -32,8 +32,10 @@ class BudgetPolicy:
     def __post_init__(self) -> None:
         for name in ("planning_s", "step_s", "overall_s", "idle_s"):
             value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise ConfigError(f"budget {name} must be a positive number of seconds, got {value!r}")
+            # Infinity too is refused: every deadline is a number the evaluator reckons with, and
+            # a summary must stay plain JSON.
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < float("inf"):
+                raise ConfigError(f"budget {name} must be a positive, finite number of seconds, got {value!r}")
         bank = self.time_bank_s
         if isinstance(bank, bool) or not isinstance(bank, (int, float)) or not 0 <= bank < float("inf"):
             raise ConfigError(f"budget time_bank_s must be a number of seconds >= 0, got {bank!r}")

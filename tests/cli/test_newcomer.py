@@ -154,7 +154,9 @@ def test_an_agent_command_that_cannot_run_is_a_clear_error_and_leaves_no_folder(
 @pytest.mark.parametrize(
     ("setting", "error"),
     [
-        (["--set", "budgets.step_s=-1"], "budget step_s must be a positive number of seconds, got -1"),
+        (["--set", "budgets.step_s=-1"], "budget step_s must be a positive, finite number of seconds, got -1"),
+        (["--step-timeout", "inf"], "budget step_s must be a positive, finite number of seconds, got inf"),
+        (["--set", "budgets.idle_s=inf"], "budget idle_s must be a positive, finite number of seconds, got inf"),
         (["--redis-url", "localhost:6379"], "--redis-url 'localhost:6379' is not a Redis URL"),
     ],
 )

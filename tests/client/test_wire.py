@@ -16,7 +16,7 @@ from harness import finish, running_service
 
 from arbiter.client.wire import Wire, connection_settings, reply_timeout
 from arbiter.protocol import codec, keys
-from arbiter.protocol.errors import ClientConflict, OutOfOrder, ServerUnavailable, TimeoutException
+from arbiter.protocol.errors import ClientConflict, ConfigError, OutOfOrder, ServerUnavailable, TimeoutException
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
 
 HELLO = {"client": "a wire test", "formats": "server-side"}
@@ -45,12 +45,22 @@ def test_a_service_id_that_could_reach_other_keys_is_refused():
         connection_settings("redis://127.0.0.1:1/0", "a::b*")
 
 
-def test_the_reply_timeout_must_be_positive(monkeypatch):
+def test_the_reply_timeout_must_be_positive_and_finite(monkeypatch):
     monkeypatch.setenv("ARBITER_REPLY_TIMEOUT", "2.5")
     assert reply_timeout(None) == 2.5 and reply_timeout(0.1) == 0.1
-    for bad in (0.0, -1.0, float("nan")):
-        with pytest.raises(ValueError, match="reply_timeout_s must be positive"):
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="reply_timeout_s must be a finite number of seconds > 0"):
             reply_timeout(bad)
+    # From the environment: the variable is named, whatever is wrong with its value.
+    for raw, said in (
+        ("abc", "must be a number of seconds, got 'abc'"),
+        ("inf", "must be a finite number of seconds > 0"),
+    ):
+        monkeypatch.setenv("ARBITER_REPLY_TIMEOUT", raw)
+        with pytest.raises(ConfigError, match=f"^ARBITER_REPLY_TIMEOUT {said}"):
+            reply_timeout(None)
+    monkeypatch.delenv("ARBITER_REPLY_TIMEOUT")
+    assert reply_timeout(None) == 60.0
 
 
 def test_with_no_evaluator_a_request_gives_up_naming_the_service_and_was_tagged(redis_url, redis_conn, service_id):
