@@ -167,6 +167,18 @@ def resolve_results(args: argparse.Namespace) -> str:
     return os.path.join("arbiter-results", f"run-{stamp}")
 
 
+def refuse_earlier_results(results_dir: str) -> None:
+    """A new evaluation starts from an empty record: an earlier evaluation's results in the folder
+    would be removed, and one a kill cut short could still be resumed. Left alone, and said."""
+    earlier = [name for name in ("summary.json", "episodes.jsonl") if os.path.isfile(os.path.join(results_dir, name))]
+    if earlier:
+        raise ConfigError(
+            f"{results_dir} already holds an evaluation's results ({', '.join(earlier)}): give another --results "
+            f"folder, remove that one, or go on with the evaluation it holds (arbiter serve --resume --results "
+            f"{results_dir}, with the same options)"
+        )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from arbiter.server.cli.runner import run_local
 
@@ -182,11 +194,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not tests and get_format(spec.format).requires_tests:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
+    results_dir = resolve_results(args)
+    refuse_earlier_results(results_dir)
     outcome = run_local(
         spec,
         agent_command=agent,
         tests=tests,
-        results_dir=resolve_results(args),
+        results_dir=results_dir,
         service_id=service_id,
         redis_url=resolve_redis_url(args, embedded_ok=True),
         progress=Progress(enabled=not args.quiet, format_name=spec.format),

@@ -199,3 +199,16 @@ def test_redis_refusing_is_one_line_and_exit_status_2(capsys, redis_server):
     assert main(["submissions", "--redis-url", f"redis://127.0.0.1:{redis_server.port}/999"]) == 2
     error = capsys.readouterr().err
     assert error.startswith("arbiter: error: Redis refused: ") and "DB index" in error
+
+
+def test_run_into_a_folder_holding_an_evaluation_is_refused_and_loses_nothing(capsys, tmp_path):
+    results = tmp_path / "r"
+    (results / "replays").mkdir(parents=True)
+    (results / "episodes.jsonl").write_text('{"index": 0}\n')
+    (results / "replays" / "0.json").write_text("{}")
+    argv = ["run", "--competition", "two-phase-cartpole", "--results", str(results), "--", sys.executable, "-c", ""]
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"arbiter: error: {results} already holds an evaluation's results (episodes.jsonl)")
+    assert f"arbiter serve --resume --results {results}" in error
+    assert (results / "episodes.jsonl").read_text() == '{"index": 0}\n' and (results / "replays" / "0.json").exists()
