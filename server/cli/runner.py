@@ -25,6 +25,7 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -232,7 +233,9 @@ def run_local(
     agent_started = False
     try:
         if redis_url is None:
-            embedded = EmbeddedRedis()
+            # Linux: the kernel ends it with this process, even one killed with SIGKILL (no orphan
+            # holding the port the next run wants).
+            embedded = EmbeddedRedis(die_with_parent=sys.platform.startswith("linux"))
             embedded.start()
             # arbiter's own sides speak over the unix socket; flatland's client over TCP
             redis_url = embedded.local_url

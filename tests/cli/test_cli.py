@@ -292,3 +292,64 @@ def test_generate_writes_a_synthetic_metalc_meta_dataset(tmp_path):
     assert written == expected
     too_few = arbiter("generate", "--format", "metalc", "--out", str(tmp_path / "small"), "--datasets", "4")
     assert too_few.returncode == 2 and "at least 6 datasets" in too_few.stderr
+
+
+def _children(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as handle:
+        return [int(child) for child in handle.read().split()]
+
+
+def _command_line(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_run_killed_with_sigkill_takes_its_redis_server_along(tmp_path):
+    """No orphaned redis-server holding the port the next run wants: the kernel ends it too."""
+    import signal
+    import time
+
+    # TMPDIR: the folder of its Redis, which a killed run cannot remove, goes with the test's.
+    run = subprocess.Popen([*ARBITER, "run", "--competition", "two-phase-cartpole", "--results", str(tmp_path / "r"),
+                            "--quiet", "--", sys.executable, "-c", "import time; time.sleep(120)"],
+                           cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})  # fmt: skip
+    agent = server = None
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and (server is None or agent is None):
+            for child in _children(run.pid):
+                line = _command_line(child)
+                if "redis-server" in line or "setpriv" in line:
+                    server = child
+                elif "time.sleep(120)" in line:
+                    agent = child
+            time.sleep(0.05)
+        assert server is not None and agent is not None, "the run did not start its redis-server and agent"
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+        deadline = time.monotonic() + 30
+        while _running(server) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(server), "the redis-server outlived the run killed with SIGKILL"
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+        if agent is not None:
+            try:
+                os.killpg(agent, signal.SIGKILL)  # the agent's own group: a killed run leaves it to its fate
+            except ProcessLookupError:
+                pass
