@@ -118,9 +118,12 @@ class SubmissionStore:
             raise UnknownSubmission(f"no submission {submission_id!r} (arbiter submissions lists them)")
         return found
 
-    def change(self, submission_id: str, expected: Iterable[str], **changes: Any) -> Submission | None:
+    def change(
+        self, submission_id: str, expected: Iterable[str], *, after_attempts: int | None = None, **changes: Any
+    ) -> Submission | None:
         """Apply ``changes`` if the submission is in one of the ``expected`` states (atomically);
-        returns the changed record, or None when it was in another state (left as it is)."""
+        returns the changed record, or None when it was in another state (left as it is).
+        ``after_attempts``: only while it has had that many attempts (no newer one has started)."""
         allowed = tuple(expected)
         key = submission_key(submission_id)
         with self.conn.pipeline() as pipe:
@@ -131,7 +134,9 @@ class SubmissionStore:
                     if raw is None:
                         raise UnknownSubmission(f"no submission {submission_id!r}")
                     record = Submission.from_dict(json.loads(raw))
-                    if record.state not in allowed:
+                    if record.state not in allowed or (
+                        after_attempts is not None and record.attempts != after_attempts
+                    ):
                         pipe.unwatch()
                         return None
                     for name, value in changes.items():
