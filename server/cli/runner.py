@@ -282,10 +282,11 @@ def run_local(
                 threading.Thread(
                     target=_watch_stop_check, args=(stop_check, service, agent), name="stop-check", daemon=True
                 ).start()
-        summary = run_to_end(service, progress, results_dir)
+        # An agent still running when the evaluation ended is told so at its next request.
+        summary = run_to_end(service, progress, results_dir, answer_after_end_s=AGENT_EXIT_GRACE_S)
         status = None
         if agent.process is not None:
-            agent.stop(evaluation_ended_at=time.monotonic())
+            agent.stop(evaluation_ended_at=service.ended_at if service.ended_at is not None else time.monotonic())
             status = agent.process.returncode
         if summary["state"] == State.SUCCESS.value:
             exit_code = 0 if status in (0, None) else 1

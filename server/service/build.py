@@ -140,11 +140,17 @@ def start_service(
     return service
 
 
-def run_to_end(service: EvaluatorService, progress: Progress, results_dir: str) -> dict[str, Any]:
-    """Serve until the evaluation ends, then show the results table; returns the summary."""
+def run_to_end(
+    service: EvaluatorService, progress: Progress, results_dir: str, answer_after_end_s: float = 0.0
+) -> dict[str, Any]:
+    """Serve until the evaluation ends, then show the results table; returns the summary.
+    ``answer_after_end_s``: for that long after the end (or until the local agent exits), every
+    request gets an error that says how the evaluation ended."""
     try:
         summary = service.run()
+        progress.finished(summary, service.evaluation, results_dir)
+        if answer_after_end_s > 0 and service.ended_at is not None:
+            service.answer_after_end(until=service.ended_at + answer_after_end_s)
     finally:
         service.transport.close()
-    progress.finished(summary, service.evaluation, results_dir)
     return summary

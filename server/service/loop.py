@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 FLOOD_QUEUE_LIMIT = 50_000
 FLOOD_CHECK_EVERY = 1000
 FLOOD_CHECK_S = 1.0
+# After the end, the longest a wait for a late request lasts before the agent's exit is looked at.
+AFTER_END_POLL_S = 0.1
 # What ends an evaluation from outside: an orchestrator (SIGTERM), Ctrl-C, a closed terminal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PICKLE_REFUSED = (
@@ -97,6 +99,7 @@ class EvaluatorService:
         self._next_wait_at: float | None = None
         self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
         self._agent_gone = threading.Event()
+        self.ended_at: float | None = None  # monotonic: when run() returned
         self._agent_status: int | None = None
         self._agent_ended_how: str | None = None
         self.clock = time.monotonic
@@ -177,7 +180,29 @@ class EvaluatorService:
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
         self.frames.close()
+        self.ended_at = time.monotonic()
         return evaluation.summary()
+
+    def answer_after_end(self, until: float) -> None:
+        """Once the evaluation has ended, until ``until`` (monotonic) or the local agent's exit:
+        every request that comes is answered with an ``EvaluationError`` that says how it ended.
+        An evaluation that ends while the agent waits (its budgets, its successive timeouts) would
+        otherwise leave the agent's next request unanswered until its reply timeout."""
+        evaluation = self.evaluation
+        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
+        while not (self._agent_gone.is_set() or self.transport.stop_requested):
+            wait_until = min(until, time.monotonic() + AFTER_END_POLL_S)
+            if wait_until <= time.monotonic():
+                return
+            try:
+                raw = self.transport.pop(wait_until, should_stop=self._agent_gone.is_set)
+                request = None if raw is None else self._decode(raw)
+                if request is not None and request.reply_to is not None:
+                    reply = codec.encode(error_reply(EvaluationError.code, said), wire=request.wire)
+                    self.transport.reply(request.reply_to, reply)
+                    self.transport.flush()
+            except (RedisUnavailable, StopRequested):
+                return
 
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""

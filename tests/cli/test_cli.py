@@ -353,3 +353,39 @@ def test_a_run_killed_with_sigkill_takes_its_redis_server_along(tmp_path):
                 os.killpg(agent, signal.SIGKILL)  # the agent's own group: a killed run leaves it to its fate
             except ProcessLookupError:
                 pass
+
+
+SLOW_AGENT = """
+import time
+from arbiter.client import RemoteClient, TimeoutException
+from arbiter.protocol.errors import EvaluationError
+
+client = RemoteClient()
+try:
+    while True:
+        observation, info = client.env_create()
+        if not observation:
+            break
+        try:
+            while True:
+                time.sleep(0.5)  # over the step budget of 0.3 s, every step
+                _, _, done, _ = client.env_step({handle: 2 for handle in client.env.get_agent_handles()})
+                if done["__all__"]:
+                    break
+        except TimeoutException:
+            pass
+except EvaluationError as exc:
+    print(f"told: {exc}", flush=True)
+"""
+
+
+def test_an_agent_still_playing_when_the_evaluation_ends_is_told_at_its_next_request(tiny_tests, tmp_path):
+    """Two successive timeouts end the evaluation while the agent waits; its next env_create gets
+    the ending at once (not silence until its reply timeout), so it can exit by itself."""
+    (tmp_path / "slow.py").write_text(SLOW_AGENT)
+    done = arbiter("run", "--tests", tiny_tests, "--step-timeout", "0.3", "--max-successive-timeouts", "2",
+                   "--results", str(tmp_path / "r"), "--", sys.executable, str(tmp_path / "slow.py"))  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "told: the evaluation has ended (SUCCESS): 2 successive timeouts" in done.stdout
+    assert "did not exit" not in done.stderr
+    assert summary_of(tmp_path / "r")["state"] == "SUCCESS"
