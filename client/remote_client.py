@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import redis
 
 from arbiter.client.deadline_guard import BudgetClock, DeadlineGuard
@@ -60,15 +61,37 @@ def _freeze_gc_wanted(freeze_gc: bool | None) -> bool:
     return os.environ.get("ARBITER_FREEZE_GC", "1").strip() != "0"
 
 
-def _plain_actions(action_dict: dict[Any, Any] | None) -> dict[int, int]:
-    """Handles and actions as plain ints: flatland's RailEnvActions (a fastenum, which int()
-    refuses) by their value, numpy ints by int(); plain ints, the usual case, as they are."""
-    actions: dict[int, int] = {}
-    for handle, value in (action_dict or {}).items():
+_PLAIN = (int, float, str, type(None))  # bool is an int
+
+
+def _plain_actions(action_dict: Any) -> dict[Any, Any]:
+    """The action map as the wire carries it; the local env steps with the same map, and the
+    evaluator reads each agent's action from it exactly as flatland's env does, so the two copies
+    stay in step whatever the map holds. Flatland's RailEnvActions (a fastenum, which msgpack
+    cannot pack) go by their value and numpy scalars as Python's; plain ints, the usual case, as
+    they are. An entry neither copy reads as an action (``"forward"``, ``2.7``, ``None``) is
+    DO_NOTHING on both, and counted in ``invalid_actions``; what the wire cannot carry (a list
+    where an action belongs) goes as None, and a key that is no number or string is left out. A
+    map is needed: anything else is no action for any agent."""
+    if not isinstance(action_dict, dict):
+        return {}
+    actions: dict[Any, Any] = {}
+    for handle, value in action_dict.items():
+        if type(handle) is not int:
+            handle = _plain_scalar(handle)
+            if not isinstance(handle, _PLAIN) or handle is None:
+                continue
         if type(value) is not int:
-            value = int(getattr(value, "value", value))
-        actions[handle if type(handle) is int else int(handle)] = value
+            value = _plain_scalar(getattr(value, "value", value))
+            if not isinstance(value, _PLAIN):
+                value = None
+        actions[handle] = value
     return actions
+
+
+def _plain_scalar(value: Any) -> Any:
+    """A numpy scalar as the Python value it holds; anything else as it is."""
+    return value.item() if isinstance(value, np.generic) else value
 
 
 class RemoteClient(Wire):

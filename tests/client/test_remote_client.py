@@ -23,12 +23,27 @@ def test_plain_ints_pass_through_unchanged():
     assert _plain_actions(actions) == actions
 
 
-def test_flatland_actions_numpy_ints_and_strings_become_plain_ints():
+def test_flatland_actions_and_numpy_scalars_go_as_plain_values_the_rest_as_it_is():
     actions = _plain_actions(
         {np.int64(0): RailEnvActions.MOVE_FORWARD, 1: np.int32(3), "2": RailEnvActions.STOP_MOVING, 3.0: "1"}
     )
-    assert actions == {0: 2, 1: 3, 2: 4, 3: 1}
-    assert all(type(handle) is int and type(action) is int for handle, action in actions.items())
+    assert actions == {0: 2, 1: 3, "2": 4, 3.0: "1"}  # "2" is no handle to flatland's env.get(2)
+    assert [type(v) for v in actions.values()] == [int, int, int, str]
+
+
+def test_what_is_no_action_reaches_both_copies_alike_and_never_raises():
+    """Each agent's action, read from the sent map the way flatland's env reads it, is the same
+    one the evaluator applies (its own reading is checked against flatland's in the Flatland
+    format's tests); nothing here raises."""
+    from arbiter.server.formats.flatland.episodes import sanitize_actions
+
+    sent = _plain_actions({0: "forward", 1: None, 2: [2, 2], 3: 2.7, 4: True, 5: "MOVE_RIGHT", object(): 2})
+    assert sent == {0: "forward", 1: None, 2: None, 3: 2.7, 4: True, 5: "MOVE_RIGHT"}
+    clean, invalid = sanitize_actions(sent, num_agents=6)
+    for handle in range(6):
+        assert clean.get(handle, 0) == RailEnvActions.from_value(sent.get(handle, RailEnvActions.DO_NOTHING)).value
+    assert invalid == 4  # "forward", None, the list, 2.7
+    assert _plain_actions([2, 2]) == {} and _plain_actions("MOVE_FORWARD") == {}
 
 
 def test_no_actions():

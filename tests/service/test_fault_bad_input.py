@@ -597,7 +597,7 @@ BAD_ACTIONS: list[tuple[Any, int, dict[int, int]]] = [
     ({0: -(2**63)}, 1, DO_NOTHING),
     ({0: float("nan")}, 1, DO_NOTHING),
     ({0: float("inf")}, 1, DO_NOTHING),
-    ({True: 2}, 1, DO_NOTHING),
+    ({True: 2}, 0, {1: 2}),  # True == 1: flatland's env.get(1) finds it, so it is agent 1's action
     ({None: 2}, 1, DO_NOTHING),
     ({0: 2, 1: "x"}, 1, {0: 2, 1: 0}),
     ({0: 99, 1: 3}, 1, {0: 0, 1: 3}),
@@ -634,8 +634,8 @@ def test_f7_bad_actions_are_dropped_counted_and_never_corrupt_the_env(
     redis_url, redis_conn, service_id, tiny_tests, tmp_path
 ):
     """The documented policy: an invalid entry is dropped and counted, its agent does DO_NOTHING,
-    the step still applies. Sent raw, as a legacy client: arbiter's own client converts actions
-    with int() and binds the evaluation to its session, so it cannot send these."""
+    the step still applies. Sent raw, as a legacy client: arbiter's own client binds the
+    evaluation to its session, so it cannot send these."""
     huge = codec.encode(messages.request(FLATLAND_RL.ENV_STEP, {"action": HUGE_ACTION}, "x" * 60))
     assert len(huge) < codec.COMMAND_LIMITS.max_bytes  # the huge dict is huge, but a legal message
 
@@ -666,7 +666,11 @@ def test_f7_bad_actions_are_dropped_counted_and_never_corrupt_the_env(
     assert summary["score"] == clean_summary["score"]
 
 
-def test_f7_a_numpy_bool_action_is_invalid_like_a_python_bool(redis_url, redis_conn, service_id, tiny_tests, tmp_path):
+def test_f7_a_bool_action_is_read_as_flatlands_env_reads_it_numpys_like_pythons(
+    redis_url, redis_conn, service_id, tiny_tests, tmp_path
+):
+    """True equals 1, so flatland's RailEnvActions.from_value reads it as MOVE_LEFT, and a client
+    stepping its own copy of the env moves left: so does the evaluator's copy (nothing invalid)."""
     with running_service(
         spec(step_s=5), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=redis_url, service_id=service_id
     ):
@@ -674,8 +678,8 @@ def test_f7_a_numpy_bool_action_is_invalid_like_a_python_bool(redis_url, redis_c
         raw.call(FLATLAND_RL.ENV_CREATE, {})
         python_bool = raw.step({0: True})["payload"]["invalid_actions"]
         numpy_bool = raw.step({0: np.bool_(True)})["payload"]["invalid_actions"]
-    assert python_bool == 1
-    assert numpy_bool == 1
+    assert python_bool == 0
+    assert numpy_bool == 0
 
 
 # --- F14: absurd or missing client timestamps, a jumping wall clock ------------------------------

@@ -8,6 +8,7 @@ arbiter's client as allowlisted plain data (protocol.flatland_env).
 
 from __future__ import annotations
 
+import ast
 import csv
 import gc
 import os
@@ -33,12 +34,25 @@ class EpisodeSpec:
     level: str  # "Level_1"
 
 
+# How flatland reads one agent's action (RailEnvActions.from_value): the five numbers, each
+# action's name in its two spellings, and a digit string read as its number. Looked up with
+# Python's own equality, as flatland does, so 2.0, numpy's 2 and True (== 1) read as it reads them.
+_ACTION_NAMES = ("DO_NOTHING", "MOVE_LEFT", "MOVE_FORWARD", "MOVE_RIGHT", "STOP_MOVING")
+_ACTIONS: dict[object, int] = {
+    **{number: number for number in range(NUM_ACTIONS)},
+    **{name: number for number, name in enumerate(_ACTION_NAMES)},
+    **{f"RailEnvActions.{name}": number for number, name in enumerate(_ACTION_NAMES)},
+}
+
+
 def sanitize_actions(action: object, num_agents: int) -> tuple[dict[int, int], int]:
     """The documented invalid-action policy: drop what is invalid, count it, never fail.
 
-    A missing or invalid action leaves that agent doing DO_NOTHING (flatland's own default for
-    a missing handle). Invalid: a non-map action, a handle that is not an agent of this env, a
-    value that is not one of the five actions. Returns the clean actions and the count dropped.
+    Each agent's action is what flatland's own env makes of the same map, ``action.get(handle)``
+    read by ``RailEnvActions.from_value``, so an unmodified client, which steps its own copy of
+    the env with that map, stays in step with the evaluator's. What flatland reads as no action
+    (a value that is none of the five, a key that is no agent's handle) leaves that agent doing
+    DO_NOTHING, flatland's own default, and is counted. Returns the clean actions and the count.
     """
     if action is None:
         return {}, 0
@@ -51,27 +65,37 @@ def sanitize_actions(action: object, num_agents: int) -> tuple[dict[int, int], i
         if type(handle) is int and type(value) is int and 0 <= handle < num_agents and 0 <= value < NUM_ACTIONS:
             clean[handle] = value
             continue
-        handle_int = _as_int(handle)
-        value_int = _as_int(value)
-        if handle_int is None or not 0 <= handle_int < num_agents or value_int is None:
-            invalid += 1
-        elif not 0 <= value_int < NUM_ACTIONS:
+        agent = _agent_of(handle, num_agents)
+        read = _action_of(value)
+        if agent is None or read is None:
             invalid += 1
         else:
-            clean[handle_int] = value_int
+            clean[agent] = read
     return clean, invalid
 
 
-def _as_int(value: object) -> int | None:
-    if isinstance(value, (bool, np.bool_)):  # True is not action 1
+def _agent_of(key: object, num_agents: int) -> int | None:
+    """The handle ``key`` stands for in a map flatland reads with ``get(handle)``, or None."""
+    if not isinstance(key, (int, float, np.number)):  # a string is no handle to flatland's get()
         return None
     try:
-        as_int = int(value)  # type: ignore[call-overload]  # ints, numpy ints, digit strings
-    except (TypeError, ValueError, OverflowError):
+        handle = int(key)  # type: ignore[arg-type]
+    except (TypeError, ValueError, OverflowError):  # nan, infinities, complex numbers
         return None
-    if isinstance(value, float) and value != as_int:
+    return handle if handle == key and 0 <= handle < num_agents else None
+
+
+def _action_of(value: object) -> int | None:
+    """The action flatland reads ``value`` as, or None where it reads none (DO_NOTHING by default)."""
+    if isinstance(value, str) and value.isdigit():
+        try:
+            value = ast.literal_eval(value)
+        except (ValueError, SyntaxError):  # "07", "²": flatland's own reading fails on these
+            return None
+    try:
+        return _ACTIONS.get(value)
+    except TypeError:  # unhashable: a list, a map
         return None
-    return as_int
 
 
 def _no_info() -> dict[str, Any]:

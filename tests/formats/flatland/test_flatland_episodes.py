@@ -22,16 +22,35 @@ DO_NOTHING = 0
     [
         (None, {}, 0),
         ({0: 2, 1: 4}, {0: 2, 1: 4}, 0),
-        ({np.int64(1): np.int32(3), "0": 1}, {1: 3, 0: 1}, 0),  # numpy ints and digit strings are ints
+        ({np.int64(1): np.int32(3), 0: "1"}, {1: 3, 0: 1}, 0),  # numpy ints, and digit strings as values
+        ({"0": 1}, {}, 1),  # a string is no handle: flatland's env.get(0) does not find it
         ({0: 5, 1: -1}, {}, 2),  # values outside 0–4
         ({2: 1, -1: 1, 0: 1}, {0: 1}, 2),  # handles that are no agent of a 2-agent env
-        ({0: True, 1: 2.5}, {}, 2),  # True is not action 1, 2.5 is no action
-        ({0: 2.0}, {0: 2}, 0),
+        ({0: True, 1: 2.5}, {0: 1}, 1),  # True == 1, as flatland reads it; 2.5 is no action
+        ({0: 2.0, True: "3"}, {0: 2, 1: 3}, 0),
+        ({0: "MOVE_FORWARD", 1: "RailEnvActions.STOP_MOVING"}, {0: 2, 1: 4}, 0),  # flatland's names
+        ({0: " 2", 1: "move_forward"}, {}, 2),
         ([2, 2], {}, 1),  # not a map
     ],
 )
 def test_invalid_actions_are_dropped_and_counted_never_failing(action, clean, invalid):
     assert sanitize_actions(action, num_agents=2) == (clean, invalid)
+
+
+@pytest.mark.parametrize(
+    "action",
+    [{0: 2, 1: 4}, {0: "MOVE_LEFT", 1: "RailEnvActions.MOVE_RIGHT"}, {True: 2, 0.0: "4"}, {np.int64(1): np.float64(3.0)},
+     {"1": 2, 0: 9}, {0: False, 1: " 3"}, {0: None}, {}],
+)  # fmt: skip
+def test_each_agent_gets_the_action_flatlands_own_env_reads_from_the_same_map(action):
+    """An unmodified client steps its own copy of the env with the map it sent: the evaluator's
+    copy must get the same action for every agent, or the two part ways."""
+    from flatland.envs.rail_env_action import RailEnvActions
+
+    clean, _ = sanitize_actions(action, num_agents=2)
+    for handle in range(2):
+        flatlands = RailEnvActions.from_value(action.get(handle, RailEnvActions.DO_NOTHING))
+        assert clean.get(handle, DO_NOTHING) == flatlands.value
 
 
 def test_the_folder_lists_its_episodes_in_test_and_level_order_with_their_metadata(tiny_tests):
