@@ -39,8 +39,8 @@ def test_invalid_actions_are_dropped_and_counted_never_failing(action, clean, in
 
 @pytest.mark.parametrize(
     "action",
-    [{0: 2, 1: 4}, {0: "MOVE_LEFT", 1: "RailEnvActions.MOVE_RIGHT"}, {True: 2, 0.0: "4"}, {np.int64(1): np.float64(3.0)},
-     {"1": 2, 0: 9}, {0: False, 1: " 3"}, {0: None}, {}],
+    [{0: 2, 1: 4}, {0: "MOVE_LEFT", 1: "RailEnvActions.MOVE_RIGHT"}, {True: 2, 0.0: "4"},
+     {np.int64(1): np.float64(3.0)}, {"1": 2, 0: 9}, {0: False, 1: " 3"}, {0: None}, {}],
 )  # fmt: skip
 def test_each_agent_gets_the_action_flatlands_own_env_reads_from_the_same_map(action):
     """An unmodified client steps its own copy of the env with the map it sent: the evaluator's
