@@ -229,6 +229,10 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
     return f"the agent exited with status {status}"
 
 
+# What an evaluation writes once it has started: a folder with neither holds none to resume yet.
+STARTED_FILES = ("events.jsonl", "episodes.jsonl")
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     from arbiter.server.cli.runner import name_submission
     from arbiter.server.service.build import run_to_end, start_service
@@ -245,6 +249,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet, format_name=spec.format)
     if args.resume and not args.results:
         raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    if args.resume and not any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES):
+        # An evaluator killed before its first write leaves nothing to continue, and one started
+        # again with --resume (an orchestrator's way) begins it: said, in case the folder is wrong.
+        print(
+            f"arbiter: --resume: {results_dir} holds no evaluation yet (no {' or '.join(STARTED_FILES)}); "
+            "a new one starts there",
+            file=sys.stderr,
+        )
     spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True)  # secret unless fixed
     service = start_service(
         spec,

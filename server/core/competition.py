@@ -336,6 +336,18 @@ def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
     return found
 
 
+def record_seed(results_dir: str, spec: CompetitionSpec) -> None:
+    """A fresh evaluation's seed, kept in its results folder so that ``serve --resume`` resets
+    with it (``persisted_seed`` reads it back): a local run's, whose seed is no secret, the way a
+    hosted evaluation's was written before it started (left as it is when it is the same)."""
+    try:
+        found = read_persisted_seed(results_dir)
+    except ConfigError:  # unreadable: an earlier evaluation's, replaced with this one's
+        found = None
+    if found is None or found["seed"] != spec.seed:
+        _write_seed_file(results_dir, spec.seed, drawn=False)
+
+
 def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
     """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
     os.makedirs(results_dir, exist_ok=True)

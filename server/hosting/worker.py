@@ -20,7 +20,7 @@ from typing import Any
 import redis
 from rq import Worker
 
-from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.errors import ArbiterError, ConfigError
 from arbiter.server.hosting.backends import get_backend
 from arbiter.server.hosting.job import WorkerSettings, configure, current_settings
 from arbiter.server.hosting.private_redis import remove_abandoned
@@ -205,4 +205,25 @@ def run_worker(
         name=f"arbiter-{socket.gethostname()}-{os.getpid()}",
     )
     configure(WorkerSettings(redis_url, os.path.abspath(results_root), chosen, worker_name=worker.name))
-    return worker.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level))
+    worked = worker.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level))
+    told_to_stop = worker._stop_requested or worker._shutdown_requested_date is not None  # a signal, a command
+    if not burst and not told_to_stop:
+        # RQ's loop ends by itself when the farm's Redis does not answer a busy worker in time, or
+        # on an error of its own: a worker is meant to run until it is told to stop, so this is a
+        # failure its supervisor should see (and restart it on), never a clean exit. An attempt it
+        # was watching goes with it, as with a cold shutdown: left alone it would run on unwatched,
+        # and the submission is queued again once its heartbeat lapses.
+        if worker.horse_pid:
+            worker.kill_horse()
+            worker.wait_for_horse()
+        raise WorkerQuit(
+            f"worker {worker.name} stopped on its own (its log above says why: the farm's Redis did not answer "
+            "in time, or an error); start it again, or let its supervisor restart it"
+        )
+    return worked
+
+
+class WorkerQuit(ArbiterError):
+    """The worker's loop ended without a stop signal or, in burst mode, an empty queue."""
+
+    code = "WORKER"

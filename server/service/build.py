@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.competition import CompetitionSpec, record_seed
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
@@ -62,6 +62,7 @@ def build_service(
     continues = resume and (bool(records) or os.path.exists(store.events_path))
     if not resume:
         store.start_fresh()
+        record_seed(results_dir, spec)
     # Without recording the plan is used as it is: not even a wrapper on the step path.
     recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
     events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)

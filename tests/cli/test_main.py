@@ -113,6 +113,15 @@ def test_serve_needs_a_test_folder_for_flatland_and_its_results_folder_to_resume
     tests = str(tmp_path)
     error = error_of(capsys, "serve", "--tests", tests, "--redis-url", "redis://127.0.0.1:1/0", "--resume")
     assert "--resume needs the --results folder" in error
+    # A folder with no evaluation yet (its evaluator killed before its first write, or a wrong
+    # path): said before the new evaluation starts (here it cannot: no Redis at that address).
+    empty = tmp_path / "nothing-here"
+    assert main(["serve", "--tests", tests, "--redis-url", "redis://127.0.0.1:1/0", "--resume",
+                 "--results", str(empty)]) == 2  # fmt: skip
+    said = capsys.readouterr().err.splitlines()
+    assert said[0] == (f"arbiter: --resume: {empty} holds no evaluation yet (no events.jsonl or episodes.jsonl); "
+                       "a new one starts there")  # fmt: skip
+    assert said[1].startswith("arbiter: error: ")
 
 
 def test_acl_prints_the_rule_in_the_format_asked_for(capsys):
@@ -212,3 +221,18 @@ def test_run_into_a_folder_holding_an_evaluation_is_refused_and_loses_nothing(ca
     assert error.startswith(f"arbiter: error: {results} already holds an evaluation's results (episodes.jsonl)")
     assert f"arbiter serve --resume --results {results}" in error
     assert (results / "episodes.jsonl").read_text() == '{"index": 0}\n' and (results / "replays" / "0.json").exists()
+
+
+def test_a_local_run_keeps_its_seed_for_a_resume_with_the_same_options(tmp_path):
+    """`arbiter run` writes its (public) seed beside its results, so `arbiter serve --resume` with
+    the same options resets with it; a two-phase seed is secret to a hosted evaluation, which
+    without it would refuse to resume episodes played with an unknown seed."""
+    from arbiter.server.core.competition import load_competition, persisted_seed, read_persisted_seed
+
+    results = tmp_path / "r"
+    agent = [sys.executable, "-c", "from arbiter.client import RemoteEnv; RemoteEnv().reset()"]
+    argv = ["run", "--competition", "two-phase-cartpole", "--phase", "1", "--results", str(results), "--quiet", "--"]
+    main([*argv, *agent])  # the agent plays nothing and exits: the evaluation ends, its seed stays
+    spec = load_competition("two-phase-cartpole")
+    assert read_persisted_seed(str(results)) == {"seed": spec.seed, "drawn": False}
+    assert persisted_seed(str(results), spec, resume=True, hosted=True).seed == spec.seed

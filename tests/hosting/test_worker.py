@@ -146,3 +146,32 @@ def test_a_job_enqueued_again_while_it_runs_is_evaluated_once(
     results = os.listdir(os.path.dirname(done.results))
     assert results == [submission.id]
     assert read_summary(done.results)["submission"]["attempts"] == 1
+
+
+def test_a_busy_worker_whose_redis_hangs_exits_as_a_failure_not_as_done(tiny_tests, tmp_path) -> None:
+    """RQ's loop quits when the farm's Redis does not answer a busy worker in time; a worker runs
+    until it is told to stop, so it exits with status 2 and says so, for a supervisor to restart
+    it (status 0 would read as a clean stop), taking the attempt it watched along."""
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+
+    with EmbeddedRedis(port=free_port()) as farm_redis:  # its own: this test hangs it
+        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
+        workers = Workers(farm_redis.url, str(tmp_path / "results"))
+        try:
+            competition = competition_file(tmp_path, tiny_tests)
+            submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.2))
+            worker = workers.start()
+            wait_state(SubmissionStore(conn), submission.id, RUNNING, timeout_s=30)
+            evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid),
+                                  what="the work-horse and the agent")  # fmt: skip
+            os.kill(farm_redis.pid, signal.SIGSTOP)
+            try:  # hung until RQ's loop gives up on it, then back (a short outage)
+                wait_for(lambda: "quitting" in workers.log_of(worker), timeout_s=60, what="RQ's loop giving up")
+            finally:
+                os.kill(farm_redis.pid, signal.SIGCONT)
+            assert worker.wait(timeout=60) == 2, workers.log_of(worker)
+            assert "stopped on its own" in workers.log_of(worker)
+            # Nothing of its attempt runs on unwatched.
+            wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the attempt stopped")
+        finally:
+            workers.stop_all()

@@ -6,6 +6,7 @@ the format's code; seeds are checked against the derivation the plan documents."
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import subprocess
@@ -312,9 +313,11 @@ def test_run_and_serve_take_set_and_phase(tmp_path):
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS" and summary["options"]["phase"] == 1
     assert summary["score"]["phase1"] == 500.0 and summary["score"]["convergence"] is None
-    # arbiter run is the participant's own run: the preset's public seed, nothing drawn or kept
+    # arbiter run is the participant's own run: the preset's public seed, nothing drawn; kept for a
+    # resume, as it is
     assert [r["seed"] for r in read_episodes(str(results))] == [reset_seed(1001, 1, i) for i in range(2)]
-    assert summary["seed"] == 1001 and not (results / "seed.json").exists()
+    assert summary["seed"] == 1001
+    assert json.loads((results / "seed.json").read_text()) == {"seed": 1001, "drawn": False}
     bad = subprocess.run(
         [sys.executable, "-m", "arbiter.server.cli", "serve", "--competition", "two-phase-cartpole",
          "--set", "phase2.goal_reward=much"],
