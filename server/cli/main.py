@@ -164,7 +164,12 @@ def resolve_results(args: argparse.Namespace) -> str:
     if args.results:
         return args.results
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return os.path.join("arbiter-results", f"run-{stamp}")
+    default = os.path.join("arbiter-results", f"run-{stamp}")
+    found, number = default, 1
+    while os.path.exists(found):  # another run started within the same second
+        number += 1
+        found = f"{default}-{number}"
+    return found
 
 
 def refuse_earlier_results(results_dir: str) -> None:

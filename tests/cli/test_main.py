@@ -20,6 +20,7 @@ from arbiter.server.cli.main import (
     agent_ending,
     main,
     resolve_redis_url,
+    resolve_results,
     resolve_spec,
     resolve_watched,
 )
@@ -236,3 +237,12 @@ def test_a_local_run_keeps_its_seed_for_a_resume_with_the_same_options(tmp_path)
     spec = load_competition("two-phase-cartpole")
     assert read_persisted_seed(str(results)) == {"seed": spec.seed, "drawn": False}
     assert persisted_seed(str(results), spec, resume=True, hosted=True).seed == spec.seed
+
+
+def test_the_default_results_folder_is_new_even_for_runs_started_in_the_same_second(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    first = resolve_results(args_of("run", "--", "agent"))
+    os.makedirs(first)
+    second = resolve_results(args_of("run", "--", "agent"))
+    assert first.startswith(os.path.join("arbiter-results", "run-")) and second != first
+    assert second == first + "-2" or second[len("arbiter-results/run-") :] > first[len("arbiter-results/run-") :]
