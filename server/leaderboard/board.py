@@ -17,7 +17,7 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.scoring import scoring_rule
-from arbiter.server.leaderboard.entries import Entry, read_entry, results_folders
+from arbiter.server.leaderboard.entries import Entry, check_columns, read_entry, results_folders
 from arbiter.server.leaderboard.policy import Achievement
 from arbiter.server.leaderboard.ranking import BoardColumn, Placed, choose, not_separable, place, position_among
 
@@ -51,7 +51,7 @@ def build_board(
         raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
     names = _column_names(spec, rule_name)
     entries = [
-        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=names)
+        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=())
         for d in results_folders(folder)
     ]
     folders = len(entries)
@@ -61,7 +61,13 @@ def build_board(
     if phase is None and len(phases) > 1:
         raise ConfigError(f"the results of {spec.name} hold the phases {', '.join(phases)}: choose one with --phase")
     if phase is not None:
+        if entries and phase not in phases:
+            held = f"the phases {', '.join(phases)}" if phases else "no phase"
+            raise ConfigError(f"no results of phase {phase!r} for {spec.name}: its results hold {held}")
         entries = [e for e in entries if e.phase == phase]
+    names, left_out = _phase_columns(names, entries, phase)
+    for entry in entries:
+        check_columns(entry, names)
     scored = [e for e in entries if e.problem is None]
     columns = _columns(names, scored, rule_name)
     per = settings.per
@@ -93,6 +99,7 @@ def build_board(
         "policy": policy,
         "per": per,
         "columns": [c.as_dict() for c in columns],
+        "columns_left_out": list(left_out),
         "rows": rows,
         "baselines": baselines,
         "unranked": [_unranked(e) for e in unranked],
@@ -121,6 +128,21 @@ def _column_names(spec: CompetitionSpec, rule_name: str) -> tuple[str, ...]:
         return spec.leaderboard.columns
     rule = scoring_rule(spec.format, rule_name, spec.options)
     return tuple(getattr(rule, "figure_names", ("primary", "secondary"))[:2])
+
+
+def _phase_columns(
+    names: tuple[str, ...], entries: list[Entry], phase: str | None
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The columns of one phase's board, and those left out: a column that no evaluation of the
+    phase has a figure for is not that phase's (a two-phase competition's phase 1 computes no
+    convergence). Every column stays on a board of all phases, and while nothing is scored."""
+    if phase is None:
+        return names, ()
+    scored = [e for e in entries if e.problem is None]
+    kept = tuple(c for c in names if any(e.value(c) is not None for e in scored))
+    if not kept:
+        return names, ()
+    return kept, tuple(c for c in names if c not in kept)
 
 
 def _columns(names: tuple[str, ...], scored: list[Entry], rule_name: str) -> list[BoardColumn]:

@@ -126,10 +126,15 @@ def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str,
     except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         entry.problem = f"cannot be scored under {rule_name!r}: {exc}"
         return entry
-    missing = [c for c in columns if entry.value(c) is None]
-    if missing:
-        entry.problem = f"no {', '.join(missing)} figure (the evaluation computed none)"
+    check_columns(entry, columns)
     return entry
+
+
+def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:
+    """A scored entry without a figure of one of ``columns`` cannot be ranked: its problem says so."""
+    missing = [c for c in columns if entry.value(c) is None]
+    if entry.problem is None and missing:
+        entry.problem = f"no {', '.join(missing)} figure (the evaluation computed none)"
 
 
 def _submitted_at(identity: dict[str, Any], summary: dict[str, Any]) -> str | None:

@@ -109,3 +109,27 @@ def test_a_damaged_summary_is_not_ranked_and_the_others_still_are(tmp_path, caps
     board = json.loads((out / "leaderboard.json").read_text())
     assert [r["participant"] for r in board["rows"]] == ["alice", "bob"]
     assert {u["participant"] for u in board["unranked"]} == {"xavier", "nora", "tom", "sub-d"}
+
+
+def test_a_phase_board_ranks_by_the_columns_that_phase_computes(tmp_path, capsys):
+    """Phase-1 evaluations of a two-phase competition compute no convergence: their board ranks by
+    phase1 and says which columns it left out; a phase no result holds is an error naming those
+    that exist."""
+    results = tmp_path / "results"
+    write_folder(results, "cup", "sub-a", "alice", {"phase1": 400.0}, minutes=1, phase="1")
+    write_folder(results, "cup", "sub-b", "bob", {"phase1": 450.0}, minutes=2, phase="1")
+    write_folder(results, "cup", "sub-c", "carol", {"phase1": 300.0, "convergence": 900.0}, minutes=3, phase="2")
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    argv = ["leaderboard", "--results-root", str(results), "--competition", str(cup)]
+    assert main([*argv, "--phase", "1", "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert [(r["rank"], r["participant"]) for r in board["rows"]] == [(1, "bob"), (2, "alice")]
+    assert [c["name"] for c in board["columns"]] == ["phase1"] and board["columns_left_out"] == ["convergence"]
+    assert board["unranked"] == []
+    assert main([*argv, "--phase", "1"]) == 0
+    assert "columns with no figure in phase 1, left out: convergence" in capsys.readouterr().out
+    # Phase 2 computes both: both are its columns.
+    assert main([*argv, "--phase", "2", "--json"]) == 0
+    assert [c["name"] for c in json.loads(capsys.readouterr().out)["columns"]] == ["phase1", "convergence"]
+    assert main([*argv, "--phase", "3"]) == 2
+    assert "no results of phase '3' for cup: its results hold the phases 1, 2" in capsys.readouterr().err
