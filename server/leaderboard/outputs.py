@@ -159,7 +159,9 @@ def board_text(board: dict[str, Any]) -> str:
     if not board["rows"]:
         out.append("(no submission can be ranked yet)")
     if board.get("columns_left_out"):
-        out.append(f"columns with no figure in phase {board['phase']}, left out: {', '.join(board['columns_left_out'])}")
+        out.append(
+            f"columns with no figure in phase {board['phase']}, left out: {', '.join(board['columns_left_out'])}"
+        )
     for entry in board["unranked"]:
         out.append(f"not ranked: {entry['participant']} {entry['submission']}: {entry['cause']}")
     counts = board["counts"]
