@@ -81,8 +81,7 @@ def resolve_poll_window_us() -> float:
 
 
 def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
-    overrides = list(args.set) + ([f"phase={args.phase}"] if args.phase is not None else [])
-    spec = load_competition(args.competition or DEFAULT_COMPETITION, overrides)
+    spec = load_competition(args.competition or DEFAULT_COMPETITION, list(args.set), phase=args.phase)
     budgets = {
         field: _env_number(var, int if field == "max_successive_timeouts" else float)
         for field, var in FLATLAND_ENV_BUDGETS.items()

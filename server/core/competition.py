@@ -209,7 +209,11 @@ def _is_shipped_preset(path: str) -> bool:
     return os.path.realpath(path) in {os.path.realpath(p) for p in preset_paths().values()}
 
 
-def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None) -> CompetitionSpec:
+def load_competition(
+    name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None, *, phase: Any = None
+) -> CompetitionSpec:
+    """The competition file or preset ``name_or_path``, with ``--set`` ``overrides`` and the
+    ``--phase`` asked for (``phase``: the format's own ``phase`` key, which not every format has)."""
     if os.path.isfile(name_or_path):
         path, name = name_or_path, os.path.splitext(os.path.basename(name_or_path))[0]
     else:
@@ -225,6 +229,12 @@ def load_competition(name_or_path: str = DEFAULT_COMPETITION, overrides: list[st
         raise ConfigError(f"{path}: {exc}") from None
     # A shipped preset's seed is public; the organiser's own file or a --set chooses one.
     seed_fixed = "seed" in data and not _is_shipped_preset(path)
+    if phase is not None:
+        found = get_format(str(data.get("format", "")))
+        fields = {f.name for f in dataclasses.fields(found.options)} if found.options is not None else set()
+        if "phase" not in fields:
+            raise ConfigError(f"--phase: competition {name!r} ({found.name}) has no phases to choose from")
+        overrides = [*(overrides or []), f"phase={phase}"]
     for assignment in overrides or []:
         apply_override(data, assignment)
         seed_fixed = seed_fixed or assignment.partition("=")[0].strip() == "seed"

@@ -33,8 +33,7 @@ CANCELLED_BY_ORGANISER = "cancelled by the organiser"
 
 def submission_spec(submission: Submission) -> CompetitionSpec:
     """The competition as the submission asked for it: its --set overrides, phase and debug."""
-    overrides = list(submission.sets) + ([f"phase={submission.phase}"] if submission.phase is not None else [])
-    spec = load_competition(submission.competition, overrides)
+    spec = load_competition(submission.competition, list(submission.sets), phase=submission.phase)
     return spec.with_debug() if submission.debug else spec
 
 

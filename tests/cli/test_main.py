@@ -101,6 +101,7 @@ SOME_TESTS = ("--tests", "a-test-folder")
         (["serve", *SOME_TESTS, "--service-id", "a b"], {}, "invalid service id"),
         (["serve", "--competition", "no-such-competition"], {}, "unknown competition"),
         (["serve", "--set", "scoring=best"], {}, "unknown scoring rule"),
+        (["serve", "--phase", "1"], {}, "--phase: competition 'flatland-neurips2020' (flatland) has no phases"),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_status_2(capsys, monkeypatch, argv, environment, message):
