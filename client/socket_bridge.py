@@ -20,13 +20,17 @@ already taken is said on stderr and the agent runs anyway, without the TCP path.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import signal
 import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
+
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 DEFAULT_LISTEN = "127.0.0.1:6379"
 CHUNK = 64 * 1024
@@ -141,6 +145,23 @@ def listen(address: tuple[str, int]) -> socket.socket:
     return listener
 
 
+def _dying_with_the_bridge() -> Callable[[], None] | None:
+    """Linux: the kernel kills the agent when the bridge ends, killed included (the bridge is
+    killed with the evaluation that started it): no agent left behind without its bridge. The
+    bridge runs no threads of other libraries, so a preexec function is safe here."""
+    if not sys.platform.startswith("linux"):
+        return None
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    bridge = os.getpid()
+
+    def set_death_signal() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != bridge:  # the bridge ended before the signal was set
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return set_death_signal
+
+
 def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
@@ -160,7 +181,7 @@ def run(listen_at: str, redis_url: str, command: list[str], *, if_free: bool = F
             target=_accept_forever, args=(listener, socket_path, user, password), name="bridge", daemon=True
         ).start()
     try:
-        agent = subprocess.Popen(command)
+        agent = subprocess.Popen(command, preexec_fn=_dying_with_the_bridge())
     except OSError as exc:
         raise BridgeError(f"cannot start the agent {command!r}: {exc}") from None
 

@@ -37,6 +37,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.cli.embedded_redis import HOST, EmbeddedRedis
 from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_run
+from arbiter.server.cli.parent_death import death_signal_wrapper
 from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import Evaluation, State
@@ -141,7 +142,13 @@ class AgentProcess:
         # A process group in a terminal's background is stopped (SIGTTIN) if it reads from the
         # terminal: the agent reads an empty stdin instead.
         stdin = subprocess.DEVNULL if os.isatty(0) else None
-        self.process = subprocess.Popen(self.command, env=self.env, stdin=stdin, process_group=0, cwd=self.cwd)
+        # The kernel kills the agent's first process when the evaluator's process ends, killed
+        # with SIGKILL included (by the kernel's out-of-memory killer, say): no agent left behind
+        # retrying a Redis that is gone, or holding a port the next attempt wants.
+        launcher = death_signal_wrapper() if sys.platform.startswith("linux") else []
+        self.process = subprocess.Popen(
+            [*launcher, *self.command], env=self.env, stdin=stdin, process_group=0, cwd=self.cwd
+        )
         if self._interrupts:  # a stop signal came while the agent was being started
             self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
 

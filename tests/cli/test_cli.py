@@ -316,8 +316,9 @@ def _running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
-def test_a_run_killed_with_sigkill_takes_its_redis_server_along(tmp_path):
-    """No orphaned redis-server holding the port the next run wants: the kernel ends it too."""
+def test_a_run_killed_with_sigkill_takes_its_redis_server_and_its_agent_along(tmp_path):
+    """No orphaned redis-server holding the port the next run wants, and no agent retrying a Redis
+    that is gone: the kernel ends both with the run."""
     import signal
     import time
 
@@ -344,6 +345,9 @@ def test_a_run_killed_with_sigkill_takes_its_redis_server_along(tmp_path):
         while _running(server) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not _running(server), "the redis-server outlived the run killed with SIGKILL"
+        while _running(agent) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _running(agent), "the agent outlived the run killed with SIGKILL"
     finally:
         if run.poll() is None:
             run.kill()

@@ -199,6 +199,29 @@ def test_a_bridge_passes_the_agent_s_exit_and_refuses_a_wrong_password(tmp_path)
     assert done.stdout.strip() == "closed" and "refused the bridge's AUTH" in done.stderr
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal is Linux's")
+def test_a_bridge_killed_with_sigkill_takes_its_agent_along(tmp_path) -> None:
+    """Killed with the evaluation that started it (its work-horse, by the out-of-memory killer, say),
+    the bridge leaves no agent behind, retrying a Redis that is gone."""
+    pid_file = tmp_path / "agent.pid"
+    agent = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(120)"
+    with PrivateRedis(SERVICE, 8 << 20) as private:
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "arbiter.client.socket_bridge", "--listen", f"127.0.0.1:{free_port()}",
+             "--redis-url", private.agent_url(), "--", sys.executable, "-c", agent],
+        )  # fmt: skip
+        try:
+            wait_for(lambda: pid_file.exists() and pid_file.read_text(), what="the agent started")
+            agent_pid = int(pid_file.read_text())
+            bridge.kill()
+            bridge.wait(timeout=10)
+            wait_for(lambda: not alive(agent_pid), timeout_s=10, what="the agent gone with its bridge")
+        finally:
+            if bridge.poll() is None:
+                bridge.kill()
+                bridge.wait()
+
+
 @pytest.mark.timeout(90)
 def test_a_flooding_tenant_leaves_the_other_evaluation_as_it_would_be_alone(
     redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path
