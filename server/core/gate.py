@@ -69,7 +69,13 @@ class Admission(NamedTuple):  # a tuple: one is made for every request, a frozen
 def other_client_reply(admission: Admission) -> dict[str, Any]:
     """The OTHER_CLIENT refusal; for a handshake, it says how long the bound client would have to
     stay silent before this one could take over."""
-    response = error_reply(ClientConflict.code, "another client is running this evaluation (one client per evaluation)")
+    said = "another client is running this evaluation (one client per evaluation)"
+    if admission.retry_after_s is not None:
+        said += (
+            f"; it may be taken over once that client has been silent {admission.retry_after_s:.1f} s more "
+            "(ask again then)"
+        )
+    response = error_reply(ClientConflict.code, said)
     if admission.retry_after_s is not None:
         response["payload"][EXTENSION_KEY] = {"retry_after_s": admission.retry_after_s}
     return response

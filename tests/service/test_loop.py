@@ -165,7 +165,10 @@ def test_a_second_client_is_refused_with_when_it_may_take_over(serving, redis_co
     RawClient(redis_conn, service_id, session="first").call(FLATLAND_RL.PING, HELLO)
     refused = RawClient(redis_conn, service_id, session="second").call(FLATLAND_RL.PING, HELLO)
     assert code_of(refused) == ClientConflict.code
-    assert refused["payload"][EXTENSION_KEY]["retry_after_s"] > 0
+    retry_after_s = refused["payload"][EXTENSION_KEY]["retry_after_s"]
+    assert retry_after_s > 0
+    # The message says it too, for whoever reads the error rather than the payload.
+    assert f"silent {retry_after_s:.1f} s more" in refused["payload"]["message"]
     assert end(service, outcome, results)["counters"]["foreign_requests"] == 1
 
 
