@@ -59,9 +59,16 @@ def follow(
     story = Story()
     try:
         # --new-only shows what happens from now on, but counts what happened before too.
-        last_id = "0-0" if from_start else _catch_up(conn, key, story)
+        last_id, ended = ("0-0", None) if from_start else _catch_up(conn, key, story)
         last_event_at = clock()
         interrupted_end: str | None = None  # an INTERRUPTED end seen; final unless a resumed start follows
+        if ended is not None:  # the history ends with the evaluation's end: nothing new will come
+            state, line = ended
+            if line:
+                print(line, file=out, flush=True)
+            if state != INTERRUPTED:
+                return state
+            interrupted_end = state
         while True:
             waited_s = clock() - last_event_at
             if waited_s >= timeout_s:
@@ -107,24 +114,27 @@ def _read(conn: redis.Redis, key: str, last_id: Any, block_ms: int | None) -> li
     return [entry for _, entries in found or [] for entry in entries]
 
 
-def _catch_up(conn: redis.Redis, key: str, story: Story) -> Any:
-    """Take in the history without showing it; returns the newest entry's id (or 0-0). Read up
-    to an id fixed first, then every XREAD continues from it, so nothing published meanwhile is
+def _catch_up(conn: redis.Redis, key: str, story: Story) -> tuple[Any, tuple[str, str | None] | None]:
+    """Take in the history without showing it; returns the newest entry's id (or 0-0), and, when
+    the history ends with the evaluation's end, its state and the line that tells it. Read up to
+    an id fixed first, then every XREAD continues from it, so nothing published meanwhile is
     missed or taken twice."""
     try:
         newest = conn.xrevrange(key, count=1)
         if not newest:
-            return "0-0"
+            return "0-0", None
         last_id = newest[0][0]
         start: Any = "-"
+        ended: tuple[str, str | None] | None = None
         while True:
             entries = conn.xrange(key, min=start, max=last_id, count=CATCH_UP_BATCH)
             for _, fields in entries:
                 event = _parse(fields)
                 if event is not None:
-                    story.take(event)
+                    line = story.take(event)
+                    ended = (str(event.get("state")), line) if event.get("event") == FINISHED else None
             if len(entries) < CATCH_UP_BATCH:
-                return last_id
+                return last_id, ended
             start = b"(" + entries[-1][0]  # exclusive: after the last entry taken
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise WatchError(f"cannot reach Redis: {exc}") from None

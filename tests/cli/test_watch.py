@@ -17,7 +17,7 @@ from harness import finish, play_episode, read_episodes, read_summary, running_s
 from arbiter.client import RemoteClient
 from arbiter.protocol import keys
 from arbiter.server.cli.embedded_redis import free_port
-from arbiter.server.cli.watch import WatchError, follow
+from arbiter.server.cli.watch import follow
 
 WATCH = [sys.executable, "-m", "arbiter.server.cli", "watch"]
 
@@ -117,10 +117,14 @@ def test_new_only_skips_the_history(redis_url, service_id, tiny_tests, tmp_path)
     out = io.StringIO()
     assert follow(redis_url, service_id, timeout_s=5, out=out) == "FAILED"
     assert "state: FAILED" in out.getvalue()
+    history = out.getvalue().splitlines()
+    # The evaluation has ended: --new-only says how, at once, and shows none of what came before.
     out = io.StringIO()
-    with pytest.raises(WatchError, match="no event"):
-        follow(redis_url, service_id, timeout_s=0.3, from_start=False, out=out)
-    assert out.getvalue() == ""
+    started = time.monotonic()
+    assert follow(redis_url, service_id, timeout_s=30, from_start=False, out=out) == "FAILED"
+    assert time.monotonic() - started < 5
+    shown = out.getvalue().splitlines()
+    assert shown[0].startswith("state: FAILED") and shown == history[-len(shown) :] and len(shown) < len(history)
 
 
 # --- an evaluation that takes several runs of the evaluator (--resume) --------------------------
