@@ -190,6 +190,8 @@ class EvaluatorService:
         otherwise leave the agent's next request unanswered until its reply timeout."""
         evaluation = self.evaluation
         said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
+        # A Redis outage now is ridden out no longer than the window: the evaluation is over.
+        self.transport.outage_limit_s = min(self.transport.outage_limit_s, max(0.0, until - time.monotonic()))
         while not (self._agent_gone.is_set() or self.transport.stop_requested):
             wait_until = min(until, time.monotonic() + AFTER_END_POLL_S)
             if wait_until <= time.monotonic():
