@@ -26,6 +26,11 @@ from arbiter.server.formats.flatland.generate import list_env_paths
 NUM_ACTIONS = 5
 
 
+class BrokenTestFile(Exception):
+    """A test file that cannot be loaded. Not an ``ArbiterError``: no reply can make up for it,
+    and the evaluation fails (no score) rather than count its episodes against the agent."""
+
+
 @dataclass(frozen=True)
 class EpisodeSpec:
     index: int
@@ -112,7 +117,12 @@ class FlatlandEpisode:
         self._done_state = TrainState.DONE
         self.spec = spec
         self.seed = seed
-        env_dict = RailEnvPersister.load_env_dict(os.path.join(tests_dir, spec.env))
+        try:
+            env_dict = RailEnvPersister.load_env_dict(os.path.join(tests_dir, spec.env))
+        except Exception as exc:  # a truncated or foreign file: the organiser's to fix, so it is named
+            raise BrokenTestFile(
+                f"the test file {spec.env} under {tests_dir} cannot be loaded: {type(exc).__name__}: {exc}"
+            ) from exc
         # Encoded before building (build_rail_env rewrites the dict's agents in place), and packed
         # now: an episode opened ahead of time is then sent without packing its state again.
         self.wire_state = codec.Packed(env_state_to_wire(env_dict))

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.formats.flatland.episodes import FlatlandTestFolder, sanitize_actions
+from arbiter.server.formats.flatland.episodes import BrokenTestFile, FlatlandTestFolder, sanitize_actions
 
 DO_NOTHING = 0
 
@@ -76,6 +76,17 @@ def test_broken_folders_are_refused_saying_what_is_missing(tiny_tests, tmp_path)
     (copy / "metadata.csv").write_text("test,env\nTest_0,Level_0\n")
     with pytest.raises(ConfigError, match="needs test_id and env_id columns"):
         FlatlandTestFolder(str(copy))
+
+
+def test_a_test_file_that_cannot_be_loaded_is_named(tiny_tests, tmp_path):
+    copy = tmp_path / "copy"
+    shutil.copytree(tiny_tests, copy)
+    folder = FlatlandTestFolder(str(copy))
+    level = copy / folder.episodes[1].env
+    level.write_bytes(level.read_bytes()[:300])  # cut short, as a failed copy leaves it
+    folder.open(folder.episodes[0], "neurips2020")  # the others open as ever
+    with pytest.raises(BrokenTestFile, match=f"the test file {folder.episodes[1].env} under .* cannot be loaded: "):
+        folder.open(folder.episodes[1], "neurips2020")
 
 
 def test_an_episode_collects_minus_one_per_agent_not_arrived_under_neurips2020(tiny_tests):
