@@ -59,6 +59,21 @@ def _seconds(text: str) -> float:
     return value
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def _log_level(text: str) -> str:
+    if text.upper() not in LOG_LEVELS:
+        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
+    return text.upper()
+
+
+def _folder(text: str) -> str:
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty folder name")
+    return text
+
+
 def _participant(text: str) -> str:
     """A participant's name, as a leaderboard shows it: not empty, and one line."""
     name = text.strip()
@@ -116,6 +131,7 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     )
     parser.add_argument(
         "--results",
+        type=_folder,
         metavar="DIR",
         help="results folder (default: arbiter-results/run-<date>-<time> in the current folder"
         + (")" if run else "; --resume needs the evaluation's own)"),
@@ -230,7 +246,11 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         help="no progress lines" + (" (the agent's own output still shows)" if run else ""),
     )
     parser.add_argument(
-        "--log-level", default="WARNING", metavar="LEVEL", help="Python logging level (default: WARNING)"
+        "--log-level",
+        default="WARNING",
+        type=_log_level,
+        metavar="LEVEL",
+        help="Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL (default: WARNING)",
     )
 
 

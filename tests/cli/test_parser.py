@@ -67,6 +67,8 @@ def test_serve_reads_budgets_overrides_and_resume():
         ("--phase", "3", "invalid choice"),
         ("--participant", " ", "is empty: name the participant"),
         ("--participant", "alice\nbob", "holds a control character"),
+        ("--log-level", "LOUD", "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
+        ("--results", "", "an empty folder name"),
     ],
 )
 def test_a_bad_value_is_refused_with_the_value_named(capsys, option, value, message):
