@@ -351,6 +351,11 @@ class Wire:
         while True:
             try:
                 return call()
+            except (redis.AuthenticationError, redis.exceptions.AuthorizationError) as exc:
+                # Not an outage: the user or password is wrong, and asking again will not mend it.
+                raise ServerUnavailable(
+                    f"Redis at {redacted(self.redis_url)} refused this client's user or password ({type_}): {exc}"
+                ) from exc
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if time.monotonic() + pause_s >= give_up:
                     raise ServerUnavailable(

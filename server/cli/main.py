@@ -427,6 +427,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # redis unreachable and similar: a clear line, not a traceback
         import redis
 
+        if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+            print(f"arbiter: error: Redis refused the user or password: {exc}", file=sys.stderr)
+            return 2
         if isinstance(exc, redis.ConnectionError):
             print(f"arbiter: error: cannot reach Redis: {exc}", file=sys.stderr)
             return 2

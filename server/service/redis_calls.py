@@ -118,6 +118,8 @@ class OutageRidingCalls:
                 sent = time.monotonic()
                 try:
                     return command()
+                except (redis.AuthenticationError, redis.exceptions.AuthorizationError):
+                    raise  # a wrong user or password is no outage: riding it out would only delay saying so
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
                     if self.stop_requested:  # a stop cut the call off, or came first: Redis is not down
                         raise StopRequested from exc

@@ -247,3 +247,14 @@ def test_the_default_results_folder_is_new_even_for_runs_started_in_the_same_sec
     second = resolve_results(args_of("run", "--", "agent"))
     assert first.startswith(os.path.join("arbiter-results", "run-")) and second != first
     assert second == first + "-2" or second[len("arbiter-results/run-") :] > first[len("arbiter-results/run-") :]
+
+
+def test_a_wrong_redis_password_is_one_line_and_exit_status_2_at_once(capsys, tmp_path):
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+
+    with EmbeddedRedis(port=free_port(), password="right") as server:
+        argv = ["serve", "--competition", "two-phase-cartpole", "--results", str(tmp_path / "r"), "--quiet",
+                "--redis-url", f"redis://:wrong@127.0.0.1:{server.port}/0"]  # fmt: skip
+        assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("arbiter: error: Redis refused the user or password") and "wrong" not in error

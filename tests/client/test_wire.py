@@ -14,6 +14,7 @@ import pytest
 from fake_envs import counting_competition
 from harness import finish, running_service
 
+from arbiter.client.remote_env import RemoteEnv
 from arbiter.client.wire import Wire, connection_settings, reply_timeout
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ClientConflict, ConfigError, OutOfOrder, ServerUnavailable, TimeoutException
@@ -202,3 +203,14 @@ def test_a_refused_handshake_waits_for_the_takeover_when_its_timeout_allows(eval
     assert finish(outcome)["counters"]["takeovers"] == 1
     for wire in (first, impatient, patient):
         wire.close()
+
+
+def test_a_wrong_password_is_said_at_once_not_ridden_out_as_an_outage():
+    """Redis refusing the password is no outage: the client says so at once, the password hidden."""
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+
+    with EmbeddedRedis(port=free_port(), password="right") as server:
+        started = time.monotonic()
+        with pytest.raises(ServerUnavailable, match="refused this client's user or password") as refused:
+            RemoteEnv(f"redis://:wrong@127.0.0.1:{server.port}/0", "svc", reply_timeout_s=30)
+        assert time.monotonic() - started < 10 and "wrong" not in str(refused.value)
