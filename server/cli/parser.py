@@ -68,6 +68,17 @@ def _log_level(text: str) -> str:
     return text.upper()
 
 
+def _seed(text: str) -> int:
+    """A seed: a whole number >= 0 (numpy's seed sequences take no other)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
 def _folder(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty folder name")
@@ -179,7 +190,7 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     if not run:
         seed_default += "; a hosted evaluation of a format whose seeds stay secret (two-phase, DIAMBRA) draws one"
     parser.add_argument(
-        "--seed", type=int, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
+        "--seed", type=_seed, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
     )
     parser.add_argument(
         "--record",
@@ -308,7 +319,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
         "--preset", metavar="NAME", help="flatland: the test set's preset, e.g. debug (8 envs, the default) or tiny"
     )
     generate.add_argument(
-        "--seed", type=int, help="the generator's seed: the same seed writes the same data (default: the format's)"
+        "--seed", type=_seed, help="the generator's seed: the same seed writes the same data (default: the format's)"
     )
     generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
     generate.add_argument(

@@ -68,7 +68,8 @@ class Rescore:
 def read_summary(results_dir: str) -> dict[str, Any]:
     """summary.json of ``results_dir``, or a clear error saying what is missing."""
     if not os.path.isdir(results_dir):
-        raise ConfigError(f"results folder {results_dir!r} does not exist")
+        what = "is a file, not a folder" if os.path.isfile(results_dir) else "does not exist"
+        raise ConfigError(f"results folder {results_dir!r} {what}")
     path = os.path.join(results_dir, SUMMARY_FILE)
     try:
         with open(path, encoding="utf-8") as handle:

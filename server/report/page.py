@@ -10,6 +10,7 @@ that quote a request) come from the participant's side.
 from __future__ import annotations
 
 import json
+import os
 from html import escape
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
@@ -44,7 +45,8 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
     """``summary.json`` and the records of ``episodes.jsonl``; ConfigError when they are not there."""
     folder = Path(directory)
     if not folder.is_dir():
-        raise ConfigError(f"{folder} is not a results folder (no such directory)")
+        what = "a file" if os.path.isfile(folder) else "no such directory"
+        raise ConfigError(f"{folder} is not a results folder ({what})")
     summary_path, episodes_path = folder / "summary.json", folder / "episodes.jsonl"
     if not summary_path.is_file():
         if episodes_path.is_file():

@@ -135,6 +135,13 @@ def test_acl_prints_the_rule_in_the_format_asked_for(capsys):
 
 def test_report_of_a_folder_that_is_not_one_is_an_error(capsys, tmp_path):
     assert "no such directory" in error_of(capsys, "report", str(tmp_path / "missing"))
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    assert f"{a_file} is not a results folder (a file)" in error_of(capsys, "report", str(a_file))
+    assert f"results folder '{a_file}' is a file, not a folder" in error_of(capsys, "rescore", str(a_file))
+    out = tmp_path / "out"
+    (out / "something").mkdir(parents=True)
+    assert f"{out} exists and is not empty; give --overwrite" in error_of(capsys, "generate", "--out", str(out))
 
 
 def test_report_says_where_it_wrote_the_page(capsys, tmp_path):

@@ -69,6 +69,7 @@ def test_serve_reads_budgets_overrides_and_resume():
         ("--participant", "alice\nbob", "holds a control character"),
         ("--log-level", "LOUD", "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
         ("--results", "", "an empty folder name"),
+        ("--seed", "-1", "'-1' must be 0 or more"),
     ],
 )
 def test_a_bad_value_is_refused_with_the_value_named(capsys, option, value, message):

@@ -214,7 +214,8 @@ def generate_test_set(
     chosen = PRESETS[preset] if levels is None else _given_levels(levels)
     out = Path(out_dir)
     if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        raise FileExistsError(f"{out} exists and is not empty; pass overwrite=True to replace it")
+        # Said in the command's words: the function's own keyword is overwrite=True.
+        raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)
     entries = sorted(chosen, key=lambda p: (p["test"], p["level"]))
 

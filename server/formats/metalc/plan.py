@@ -75,7 +75,7 @@ NO_DATA_HELP = (
     "of the MIT-licensed MetaLC round-1 post-challenge repository: "
     "`git clone https://github.com/LishengSun/metaLC-post-challenge-analysis-1st-round`, then "
     "--tests metaLC-post-challenge-analysis-1st-round/input_data. A synthetic meta-dataset in the same "
-    "layout: `python -m arbiter.server.formats.metalc.generate --out DIR` (--datasets, --algorithms, --seed)."
+    "layout: `arbiter generate --format metalc --out DIR` (--datasets, --algorithms, --seed)."
 )
 
 

@@ -2,7 +2,7 @@
 
 How the figures in metalc_challenge_figures.py were produced (outside this repository, which
 holds none of that code): the synthetic meta-dataset ``SETTINGS`` was written with
-``python -m arbiter.server.formats.metalc.generate --out DATA --datasets 14 --algorithms 6
+``arbiter generate --format metalc --out DATA --datasets 14 --algorithms 6
 --seed 1 --missing-fraction 0.05 --duplicate-fraction 0.15``; then the ingestion and scoring
 programs of the MetaLC round-1 post-challenge repository (github.com/LishengSun/
 metaLC-post-challenge-analysis-1st-round, MIT) were run on DATA with each agent of

@@ -117,7 +117,7 @@ def test_without_a_meta_dataset_the_error_says_where_to_get_one():
     message = str(caught.value)
     assert "--tests DIR" in message and "input_data" in message
     assert "metaLC-post-challenge-analysis-1st-round" in message
-    assert "python -m arbiter.server.formats.metalc.generate --out DIR" in message
+    assert "arbiter generate --format metalc --out DIR" in message
 
 
 def test_meta_training_data_travels_with_a_folds_first_dataset_and_after_a_handshake(data_dir, meta):
