@@ -41,6 +41,14 @@ BUDGET_ROWS = [
 # --- reading the results folder ---------------------------------------------------------------
 
 
+def _competition_of(results: Path) -> str | None:
+    try:
+        found = json.loads((results / "summary.json").read_text(encoding="utf-8")).get("competition")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
 def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """``summary.json`` and the records of ``episodes.jsonl``; ConfigError when they are not there."""
     folder = Path(directory)
@@ -54,12 +62,16 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
                 f"{folder} has episodes.jsonl but no summary.json: its evaluation has not ended, or its "
                 "evaluator was killed (`arbiter serve --resume --results DIR` finishes it)"
             )
-        held = sum(1 for sub in folder.iterdir() if (sub / "summary.json").is_file())
-        if held:  # a competition's folder of submissions: ranking them is the leaderboard's work
-            raise ConfigError(
-                f"{folder} is not a results folder but holds {held}: a report covers one evaluation; rank them "
-                f"with `arbiter leaderboard --results-root {folder.parent} --competition {folder.name}`"
-            )
+        held = sorted(sub for sub in folder.iterdir() if (sub / "summary.json").is_file())
+        if held:
+            said = f"{folder} is not a results folder but holds {len(held)}: a report covers one evaluation"
+            if folder.name in {_competition_of(sub) for sub in held}:
+                # A competition's folder of submissions: ranking them is the leaderboard's work.
+                raise ConfigError(
+                    f"{said}; rank them with `arbiter leaderboard --results-root {folder.parent} "
+                    f"--competition {folder.name}`"
+                )
+            raise ConfigError(f"{said}, such as `arbiter report {held[-1]}`")  # local runs: the newest last
         raise ConfigError(f"{folder} is not a results folder: it holds neither summary.json nor episodes.jsonl")
     try:
         summary = json.loads(summary_path.read_text(encoding="utf-8"))

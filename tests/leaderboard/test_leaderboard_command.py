@@ -87,6 +87,19 @@ def test_report_on_a_folder_of_submissions_points_to_the_leaderboard(tmp_path, c
     assert "holds 3" in err and f"arbiter leaderboard --results-root {tmp_path / 'results'} --competition cup" in err
 
 
+def test_report_on_a_folder_of_local_runs_points_to_one_of_them(tmp_path, capsys):
+    """arbiter run's results land in arbiter-results/run-...: no competition of that name to rank."""
+    runs = tmp_path / "arbiter-results"
+    runs.mkdir()
+    for minutes, name in enumerate(("run-20261129-060000", "run-20261129-070000")):
+        folder = write_folder(tmp_path, "two-phase-cartpole", name, "me", {"phase1": 1.0}, minutes=minutes)
+        folder.rename(runs / name)  # the summary names its competition, not the folder's
+    assert main(["report", str(runs)]) == 2
+    err = capsys.readouterr().err
+    assert "holds 2: a report covers one evaluation, such as `arbiter report" in err
+    assert str(runs / "run-20261129-070000") in err and "leaderboard" not in err
+
+
 def test_a_damaged_summary_is_not_ranked_and_the_others_still_are(tmp_path, capsys):
     """Hand-edited or damaged summaries (a NaN figure, text where a number belongs, JSON nested past
     the parser's depth) are listed as not ranked, each with its cause; the board is written."""
