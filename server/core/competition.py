@@ -227,6 +227,10 @@ def load_competition(
             data = tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    except UnicodeDecodeError as exc:  # TOML is UTF-8
+        raise ConfigError(f"{path} is not UTF-8 text, as a TOML file must be: {exc}") from None
+    except OSError as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from None
     # A shipped preset's seed is public; the organiser's own file or a --set chooses one.
     seed_fixed = "seed" in data and not _is_shipped_preset(path)
     if phase is not None:

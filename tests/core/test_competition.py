@@ -47,8 +47,14 @@ def test_a_competition_file_is_validated(tmp_path):
         good.write_text(text)
         with pytest.raises(ConfigError, match=message):
             load_competition(str(good))
+    good.write_bytes('scoring = "flatland3"\n# caf\xe9\n'.encode("latin-1"))  # saved by a Latin-1 editor
+    with pytest.raises(ConfigError, match="mine.toml is not UTF-8 text, as a TOML file must be"):
+        load_competition(str(good))
     with pytest.raises(ConfigError, match="unknown competition"):
         load_competition("no-such-preset")
+    with pytest.raises(ConfigError, match="--phase: competition 'flatland-neurips2020' .* has no phases"):
+        load_competition("flatland-neurips2020", phase=1)
+    assert load_competition("two-phase-cartpole", phase=1).options.phase == 1
     with pytest.raises(ConfigError, match="must be a table"):
         spec_from_dict("x", {"budgets": 3})
 
