@@ -38,7 +38,8 @@ def _positive(kind: type) -> callable:
 
 
 def _count(text: str) -> int:
-    """A whole number >= 0 (``--record 0`` turns off recording a competition file asks for)."""
+    """A whole number >= 0 (``--record 0`` turns off recording a competition file asks for; a seed,
+    which numpy's seed sequences take no other way)."""
     try:
         value = int(text)
     except ValueError:
@@ -66,17 +67,6 @@ def _log_level(text: str) -> str:
     if text.upper() not in LOG_LEVELS:
         raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
     return text.upper()
-
-
-def _seed(text: str) -> int:
-    """A seed: a whole number >= 0 (numpy's seed sequences take no other)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
 
 
 def _folder(text: str) -> str:
@@ -190,7 +180,7 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     if not run:
         seed_default += "; a hosted evaluation of a format whose seeds stay secret (two-phase, DIAMBRA) draws one"
     parser.add_argument(
-        "--seed", type=_seed, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
+        "--seed", type=_count, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
     )
     parser.add_argument(
         "--record",
@@ -319,7 +309,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
         "--preset", metavar="NAME", help="flatland: the test set's preset, e.g. debug (8 envs, the default) or tiny"
     )
     generate.add_argument(
-        "--seed", type=_seed, help="the generator's seed: the same seed writes the same data (default: the format's)"
+        "--seed", type=_count, help="the generator's seed: the same seed writes the same data (default: the format's)"
     )
     generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
     generate.add_argument(
