@@ -203,7 +203,7 @@ def test_without_a_meta_dataset_run_says_how_to_get_one(tmp_path):
         capture_output=True, text=True, timeout=60, cwd=str(tmp_path),
     )  # fmt: skip
     assert done.returncode != 0
-    assert "input_data" in done.stderr and "arbiter.server.formats.metalc.generate" in done.stderr
+    assert "input_data" in done.stderr and "arbiter generate --format metalc" in done.stderr
 
 
 # -- budgets -----------------------------------------------------------------------------------------
