@@ -42,7 +42,7 @@ def packets_to(redis_url: str, waits_as: str) -> Any:
     evaluator's, ``ARBITER_EVALUATOR_SPIN_US``, as ``arbiter serve`` reads it)."""
     from arbiter.protocol.redis_conn import Packets, connect
     from arbiter.protocol.spin_wait import SpinWait, polling_window, window_from_environment
-    from arbiter.server.cli.main import resolve_poll_window_us
+    from arbiter.server.cli.settings import resolve_poll_window_us
 
     window_s = window_from_environment() if waits_as == "agent" else polling_window(resolve_poll_window_us())
     return Packets(connect(redis_url, socket_timeout_s=30.0), waiter=SpinWait(window_s) if window_s > 0 else None)

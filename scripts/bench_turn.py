@@ -152,7 +152,7 @@ class ArbiterSides:
 
     def __init__(self, redis_url: str, results: Path, total_steps: int):
         from arbiter.client import remote_env
-        from arbiter.server.cli.main import load_competition
+        from arbiter.server.core.competition import load_competition
         from arbiter.server.service.build import build_service
 
         max_steps = max(total_steps + 1, MIN_STEPS)  # the training run outlasts the benchmark

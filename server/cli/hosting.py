@@ -89,9 +89,9 @@ def _redis_option(parser: argparse.ArgumentParser) -> None:
 
 
 def _connect(url: str) -> redis.Redis:
-    from arbiter.server.cli.main import _checked_redis_url
+    from arbiter.server.cli.settings import checked_redis_url
 
-    conn = redis.Redis.from_url(_checked_redis_url(url, "--redis-url"), socket_connect_timeout=5, socket_timeout=10)
+    conn = redis.Redis.from_url(checked_redis_url(url, "--redis-url"), socket_connect_timeout=5, socket_timeout=10)
     conn.ping()  # unreachable: main() says so in one line, before anything is done
     return conn
 
@@ -130,11 +130,11 @@ def cmd_submit(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
-    from arbiter.server.cli.main import _checked_redis_url
+    from arbiter.server.cli.settings import checked_redis_url
     from arbiter.server.hosting.worker import run_worker
 
     run_worker(
-        _checked_redis_url(args.redis_url, "--redis-url"),
+        checked_redis_url(args.redis_url, "--redis-url"),
         args.results_root,
         backend=args.backend,
         backend_options=_backend_options(args),

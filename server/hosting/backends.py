@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.embedded_redis import DEFAULT_PORT, HOST
 from arbiter.server.cli.progress import Progress
-from arbiter.server.core.competition import CompetitionSpec, persisted_seed
+from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.seeds import persisted_seed
 from arbiter.server.formats import get_format
 from arbiter.server.hosting.private_redis import PrivateRedis
 from arbiter.server.hosting.submissions import Submission

@@ -10,10 +10,11 @@ from typing import TYPE_CHECKING, Any
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.core.competition import CompetitionSpec, record_seed
+from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
+from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
 from arbiter.server.service.events import EventLog, chain
 from arbiter.server.service.loop import EvaluatorService

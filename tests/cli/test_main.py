@@ -14,17 +14,9 @@ import sys
 import pytest
 
 from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run
-from arbiter.server.cli.main import (
-    EXIT_CODES,
-    FLATLAND_ENV_BUDGETS,
-    agent_ending,
-    main,
-    resolve_redis_url,
-    resolve_results,
-    resolve_spec,
-    resolve_watched,
-)
+from arbiter.server.cli.main import EXIT_CODES, agent_ending, main, resolve_watched
 from arbiter.server.cli.parser import build_parser
+from arbiter.server.cli.settings import FLATLAND_ENV_BUDGETS, resolve_redis_url, resolve_results, resolve_spec
 from arbiter.server.service.acl import participant_acl
 
 
@@ -236,7 +228,8 @@ def test_a_local_run_keeps_its_seed_for_a_resume_with_the_same_options(tmp_path)
     """`arbiter run` writes its (public) seed beside its results, so `arbiter serve --resume` with
     the same options resets with it; a two-phase seed is secret to a hosted evaluation, which
     without it would refuse to resume episodes played with an unknown seed."""
-    from arbiter.server.core.competition import load_competition, persisted_seed, read_persisted_seed
+    from arbiter.server.core.competition import load_competition
+    from arbiter.server.core.seeds import persisted_seed, read_persisted_seed
 
     results = tmp_path / "r"
     agent = [sys.executable, "-c", "from arbiter.client import RemoteEnv; RemoteEnv().reset()"]

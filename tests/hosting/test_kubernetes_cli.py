@@ -66,7 +66,7 @@ def test_kubernetes_options_are_refused_for_another_backend(redis_url: str, tmp_
 
 def test_the_worker_options_become_the_backends(capsys) -> None:
     from arbiter.server.cli.kube_options import kubernetes_options
-    from arbiter.server.cli.main import build_parser
+    from arbiter.server.cli.parser import build_parser
 
     base = ["worker", "--redis-url", "redis://x", "--results-root", "r"]
     args = build_parser().parse_args(

@@ -17,7 +17,8 @@ import yaml
 from kubernetes_objects import client_model
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.cli.main import build_parser, resolve_spec
+from arbiter.server.cli.parser import build_parser
+from arbiter.server.cli.settings import resolve_spec
 from arbiter.server.core.competition import HostingPolicy, load_competition
 from arbiter.server.hosting.farm import submission_spec
 from arbiter.server.hosting.kubernetes_manifests import (

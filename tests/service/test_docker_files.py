@@ -25,7 +25,7 @@ from hosted import (
     volume_parts,
 )
 
-from arbiter.server.cli.main import build_parser
+from arbiter.server.cli.parser import build_parser
 from arbiter.server.core.competition import HostingPolicy, size_bytes
 from arbiter.server.hosting.kubernetes_manifests import KubernetesOptions, redis_maxmemory
 

@@ -19,7 +19,7 @@ from harness import finish, remote_episode, running_service, wait_for
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol import keys, spin_wait
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.cli.main import EVALUATOR_SPIN_VARIABLE, resolve_poll_window_us
+from arbiter.server.cli.settings import EVALUATOR_SPIN_VARIABLE, resolve_poll_window_us
 from arbiter.server.core.competition import load_competition
 from arbiter.server.formats.metalc.generate import GeneratorSettings, write_meta_dataset
 from arbiter.server.service.build import build_service

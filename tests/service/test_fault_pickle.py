@@ -31,7 +31,8 @@ from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ConfigError, DecodeError
 from arbiter.protocol.legacy import safe_pickle
 from arbiter.protocol.messages import FLATLAND_RL, REQUEST_TYPES
-from arbiter.server.cli.main import build_parser, resolve_spec
+from arbiter.server.cli.parser import build_parser
+from arbiter.server.cli.settings import resolve_spec
 from arbiter.server.core.competition import spec_from_dict
 
 REPO = str(paths.REPO)

@@ -23,7 +23,7 @@ from hosted import (
     pod_spec,
 )
 
-from arbiter.server.cli.main import build_parser
+from arbiter.server.cli.parser import build_parser
 from arbiter.server.core.competition import DEFAULT_COMPETITION, HostingPolicy, size_bytes
 
 REPO = paths.REPO

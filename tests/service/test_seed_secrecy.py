@@ -23,15 +23,10 @@ from harness import read_episodes, read_summary, wait_for
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.cli.main import resolve_spec
 from arbiter.server.cli.parser import build_parser
-from arbiter.server.core.competition import (
-    SEED_FILE,
-    load_competition,
-    persisted_seed,
-    preset_paths,
-    read_persisted_seed,
-)
+from arbiter.server.cli.settings import resolve_spec
+from arbiter.server.core.competition import load_competition, preset_paths
+from arbiter.server.core.seeds import SEED_FILE, persisted_seed, read_persisted_seed
 from arbiter.server.formats.base import reset_seed
 
 REPO = str(paths.REPO)

@@ -17,7 +17,8 @@ from PIL import Image
 
 from arbiter.client import RemoteClient
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.cli.main import build_parser, resolve_spec
+from arbiter.server.cli.parser import build_parser
+from arbiter.server.cli.settings import resolve_spec
 from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.formats.flatland.replay import load_replay, replay_to_gif
 

@@ -21,7 +21,7 @@ import pytest
 from harness import read_episodes, read_summary, remote_episode, train_until_the_run_ends, wait_for
 
 from arbiter.client.remote_env import RemoteEnv
-from arbiter.server.core.competition import read_persisted_seed
+from arbiter.server.core.seeds import read_persisted_seed
 from arbiter.server.formats.base import reset_seed
 from arbiter.server.service.transport import MAX_BLOCK_S
 

@@ -1,0 +1,170 @@
+"""The settings of an evaluation from the command line and the environment: the competition
+with its budgets and flags, the test data, the Redis URL, the service id and the results folder.
+
+Environment variables that flatland users already set are read here, at the edge, and only
+here; everything inward gets explicit settings. Precedence: flag > environment > competition.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.cli.parser import DEFAULT_SERVICE_ID
+from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
+from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE
+from arbiter.server.formats import get_format
+
+# flatland-rl's evaluator settings, honoured under their own names.
+FLATLAND_ENV_BUDGETS = {
+    "planning_s": "FLATLAND_INITIAL_PLANNING_TIMEOUT",
+    "step_s": "FLATLAND_PER_STEP_TIMEOUT",
+    "overall_s": "FLATLAND_OVERALL_TIMEOUT",
+    "idle_s": "FLATLAND_DEFAULT_COMMAND_TIMEOUT",
+    "max_successive_timeouts": "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS",
+}
+
+
+EVALUATOR_SPIN_VARIABLE = "ARBITER_EVALUATOR_SPIN_US"
+
+
+def _env_number(name: str, kind: type) -> float | int | None:
+    text = os.environ.get(name)
+    if text in (None, ""):
+        return None
+    try:
+        value = kind(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {name}={text!r} is not a {kind.__name__}") from None
+    if value <= 0:
+        raise ConfigError(f"environment variable {name}={text!r} must be positive")
+    return value
+
+
+def resolve_poll_window_us() -> float:
+    """How long the evaluator polls its socket for the agent's next request before sleeping on it,
+    in microseconds: ``ARBITER_EVALUATOR_SPIN_US`` (0: never), else the transport's default."""
+    from arbiter.server.service.transport import EVALUATOR_WINDOW_US
+
+    text = os.environ.get(EVALUATOR_SPIN_VARIABLE, "").strip()
+    if not text:
+        return EVALUATOR_WINDOW_US
+    try:
+        window_us = float(text)
+    except ValueError:
+        raise ConfigError(
+            f"environment variable {EVALUATOR_SPIN_VARIABLE}={text!r} is not a number of microseconds"
+        ) from None
+    if not window_us >= 0:
+        raise ConfigError(f"environment variable {EVALUATOR_SPIN_VARIABLE}={text!r} must be 0 or more")
+    return window_us
+
+
+def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
+    spec = load_competition(args.competition or DEFAULT_COMPETITION, list(args.set), phase=args.phase)
+    budgets = {
+        field: _env_number(var, int if field == "max_successive_timeouts" else float)
+        for field, var in FLATLAND_ENV_BUDGETS.items()
+    }
+    flags = {
+        "planning_s": args.planning_timeout,
+        "step_s": args.step_timeout,
+        "overall_s": args.overall_timeout,
+        "idle_s": args.idle_timeout,
+        "max_successive_timeouts": args.max_successive_timeouts,
+        "time_bank_s": args.time_bank,
+    }
+    spec = spec.with_budgets(**budgets).with_budgets(**flags)
+    if args.debug or os.environ.get("AICROWD_DEBUG_SUBMISSION", "").lower() in ("1", "true", "yes"):
+        spec = spec.with_debug()
+    if args.scoring:
+        spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
+    if args.seed is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed, "seed_fixed": True})
+    if args.record is not None:
+        spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
+    if args.refuse_pickle:
+        spec = CompetitionSpec(**{**spec.__dict__, "accept_pickle": False})
+    return spec
+
+
+def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None:
+    """Flag, competition key, then the variable the format's community sets (Flatland's
+    AICROWD_TESTS_FOLDER; read for that format only: another format's data is never a Flatland
+    test folder)."""
+    variable = get_format(spec.format).tests_variable
+    return args.tests or spec.tests or (os.environ.get(variable) if variable else None)
+
+
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+
+
+def checked_redis_url(url: str, where: str) -> str:
+    """A Redis URL as given, or a clear error: an empty or scheme-less one would otherwise be
+    taken for "no URL" or fail deep inside the evaluation."""
+    if not url.strip():
+        raise ConfigError(
+            f"{where} is empty: give a Redis URL (redis://HOST:6379/0, unix:///path/redis.sock), "
+            "or leave it out for the default"
+        )
+    scheme = url.partition("://")[0] if "://" in url else ""
+    if scheme not in REDIS_SCHEMES:
+        raise ConfigError(f"{where} {url!r} is not a Redis URL: it must start with redis://, rediss:// or unix://")
+    return url
+
+
+def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | None:
+    if args.redis_url is not None:
+        return checked_redis_url(args.redis_url, "--redis-url")
+    if os.environ.get("ARBITER_REDIS_URL"):  # set but empty is unset, as shells have it
+        return checked_redis_url(os.environ["ARBITER_REDIS_URL"], "ARBITER_REDIS_URL")
+    if embedded_ok:
+        return None  # arbiter run starts its own redis-server; arbiter watch looks for a local run
+    return flatland_default_redis()
+
+
+def flatland_default_redis() -> str:
+    """Where flatland's client looks for Redis."""
+    return f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0"
+
+
+def given_service_id(args: argparse.Namespace) -> str | None:
+    """The service id the flag or the environment names, if any."""
+    if args.service_id is not None:
+        return keys.validate_service_id(args.service_id)
+    return os.environ.get("AICROWD_SUBMISSION_ID") or None
+
+
+def resolve_service_id(args: argparse.Namespace) -> str:
+    return keys.validate_service_id(given_service_id(args) or DEFAULT_SERVICE_ID)
+
+
+def resolve_results(args: argparse.Namespace) -> str:
+    if args.results:
+        return args.results
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    default = os.path.join("arbiter-results", f"run-{stamp}")
+    found, number = default, 1
+    while os.path.exists(found):  # another run started within the same second
+        number += 1
+        found = f"{default}-{number}"
+    return found
+
+
+def refuse_earlier_results(results_dir: str) -> None:
+    """A new evaluation starts from an empty record: an earlier evaluation's results in the folder
+    would be removed, and one a kill cut short could still be resumed. Left alone, and said."""
+    earlier = [name for name in (SUMMARY_FILE, EPISODES_FILE) if os.path.isfile(os.path.join(results_dir, name))]
+    if earlier:
+        raise ConfigError(
+            f"{results_dir} already holds an evaluation's results ({', '.join(earlier)}): give another --results "
+            f"folder, remove that one, or go on with the evaluation it holds (arbiter serve --resume --results "
+            f"{results_dir}, with the same options)"
+        )
+
+
+# What an evaluation writes once it has started: a folder with neither holds none to resume yet.
+STARTED_FILES = (EVENTS_FILE, EPISODES_FILE)

@@ -1,0 +1,107 @@
+"""The seed an evaluation resets with, kept in its results folder for a resume.
+
+The seed: ``arbiter run`` (the participant's own machine) resets with the competition's seed, so
+a local run reproduces exactly. A hosted evaluation (``arbiter serve``) of a format whose env
+lives on the server resets with a seed drawn at its start and known to the server only
+(``persisted_seed``), unless the organiser fixes one: a ``seed`` key in their own competition
+file, ``--set seed=`` or ``--seed``. A shipped preset's seed is public, so it fixes nothing.
+Either way the seed goes into the results folder's ``seed.json`` before anything is played
+(``record_seed`` for a local run, ``persisted_seed`` for a hosted one), so ``arbiter serve
+--resume`` resets with the seeds the evaluation started with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import secrets
+from typing import Any
+
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.formats import get_format
+from arbiter.server.service.durable import atomic_write
+
+SEED_FILE = "seed.json"  # in the results folder: the seed the evaluation started with
+# Which formats keep their seed secret is theirs to say (Format.secret_seed): it is worth keeping
+# where the env lives on the server, seeded by the competition seed. Flatland's protocol hands
+# every reset's seed to the client, which rebuilds the env with it (a drawn seed would hide
+# nothing, and flatland-rl's evaluator uses 1001); MetaLC's runs are seeded as the challenge
+# seeded them, whatever the competition's seed.
+# Bits of a drawn seed: every reset's seed is derived from it (numpy's SeedSequence), and the
+# episodes reveal theirs once over; too many bits to find the drawn one from them by search.
+DRAWN_SEED_BITS = 64
+
+
+def seed_file(results_dir: str) -> str:
+    return os.path.join(results_dir, SEED_FILE)
+
+
+def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
+    """What ``persisted_seed`` wrote in a results folder (``{"seed", "drawn"}``), or None."""
+    path = seed_file(results_dir)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            found = json.load(handle)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"{path} is unreadable ({exc}): it holds the seed this evaluation started with") from None
+    seed = found.get("seed") if isinstance(found, dict) else None
+    if not isinstance(found, dict) or "seed" not in found or not (seed is None or type(seed) is int):
+        raise ConfigError(f"{path} holds no seed; it should name the seed this evaluation started with")
+    return found
+
+
+def record_seed(results_dir: str, spec: CompetitionSpec) -> None:
+    """A fresh evaluation's seed, kept in its results folder so that ``serve --resume`` resets
+    with it (``persisted_seed`` reads it back): a local run's, whose seed is no secret, the way a
+    hosted evaluation's was written before it started (left as it is when it is the same)."""
+    try:
+        found = read_persisted_seed(results_dir)
+    except ConfigError:  # unreadable: an earlier evaluation's, replaced with this one's
+        found = None
+    if found is None or found["seed"] != spec.seed:
+        _write_seed_file(results_dir, spec.seed, drawn=False)
+
+
+def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
+    """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
+    os.makedirs(results_dir, exist_ok=True)
+    atomic_write(seed_file(results_dir), json.dumps({"seed": seed, "drawn": drawn}) + "\n", sync_folder=True)
+
+
+def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool) -> CompetitionSpec:
+    """The spec with the seed the evaluation in ``results_dir`` resets with.
+
+    Not hosted (``arbiter run``): the spec's seed, as it is. Hosted (``arbiter serve``): a fresh
+    evaluation of a format whose seed is secret (``Format.secret_seed``) draws a seed unless the spec's is fixed,
+    and every hosted evaluation writes its seed to the results folder before it starts (the
+    participant never sees it; the summary records it at the end). A resumed one reads it back,
+    so it resets with the seeds it started with."""
+    if not hosted:
+        return spec
+    if resume:
+        found = read_persisted_seed(results_dir)
+        if found is not None:
+            if spec.seed_fixed and spec.seed != found["seed"]:
+                raise ConfigError(
+                    "the seed given for this evaluation differs from the one it started with "
+                    f"({seed_file(results_dir)}); resume it without a seed, or with that one"
+                )
+            return dataclasses.replace(spec, seed=found["seed"], seed_fixed=True)
+        if not spec.seed_fixed and get_format(spec.format).secret_seed and _has_records(results_dir):
+            raise ConfigError(
+                f"{results_dir} holds episodes but not the seed they were played with ({SEED_FILE}); "
+                "give it with --seed N to resume"
+            )
+    drawn = not spec.seed_fixed and get_format(spec.format).secret_seed
+    seed = secrets.randbits(DRAWN_SEED_BITS) if drawn else spec.seed
+    _write_seed_file(results_dir, seed, drawn=drawn)
+    return dataclasses.replace(spec, seed=seed, seed_fixed=True)
+
+
+def _has_records(results_dir: str) -> bool:
+    episodes = os.path.join(results_dir, "episodes.jsonl")
+    return os.path.exists(episodes) and os.path.getsize(episodes) > 0
