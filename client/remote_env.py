@@ -172,8 +172,11 @@ class RemoteEnv(gymnasium.Env):
         info = dict(body.get("info") or {})
         if ext:
             info[EXTENSION_KEY] = ext
-        self._last_observation = self._observation(body["observation"])
-        return self._last_observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+        observation = body["observation"]
+        if self.frames is not None or self._tuples_inside:  # a step's path: no call when neither applies
+            observation = self._observation(observation)
+        self._last_observation = observation
+        return observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
 
     def _observation(self, observation: Any) -> Any:
         """An observation as the env made it: its large arrays from the shared frames, its tuples
