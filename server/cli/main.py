@@ -39,7 +39,7 @@ from arbiter.server.cli.settings import (
     resolve_tests,
 )
 from arbiter.server.core.evaluation import State
-from arbiter.server.core.seeds import persisted_seed
+from arbiter.server.core.seeds import persisted_seed, recorded_tests
 from arbiter.server.formats import get_format
 from arbiter.server.service.process_memory import keep_freed_memory
 
@@ -104,14 +104,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
-    if not tests and get_format(spec.format).requires_tests:
-        raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)
     results_dir = resolve_results(args)
     progress = Progress(enabled=not args.quiet, format_name=spec.format)
     if args.resume and not args.results:
         raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    if not tests and get_format(spec.format).requires_tests:
+        # A resumed evaluation plays the folder it started on (a local run's may be the format's
+        # default test set, whose cache folder the participant never typed).
+        tests = recorded_tests(results_dir) if args.resume else None
+        if not tests:
+            raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
+        print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)
     if args.resume and not any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES):
         # An evaluator killed before its first write leaves nothing to continue, and one started
         # again with --resume (an orchestrator's way) begins it: said, in case the folder is wrong.
@@ -120,7 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "a new one starts there",
             file=sys.stderr,
         )
-    spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True)  # secret unless fixed
+    spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True, tests=tests)  # secret unless fixed
     service = start_service(
         spec,
         tests=tests,

@@ -1,4 +1,5 @@
-"""The seed an evaluation resets with, kept in its results folder for a resume.
+"""The seed an evaluation resets with, and the test folder it plays, kept in its results folder
+for a resume.
 
 The seed: ``arbiter run`` (the participant's own machine) resets with the competition's seed, so
 a local run reproduces exactly. A hosted evaluation (``arbiter serve``) of a format whose env
@@ -7,7 +8,10 @@ lives on the server resets with a seed drawn at its start and known to the serve
 file, ``--set seed=`` or ``--seed``. A shipped preset's seed is public, so it fixes nothing.
 Either way the seed goes into the results folder's ``seed.json`` before anything is played
 (``record_seed`` for a local run, ``persisted_seed`` for a hosted one), so ``arbiter serve
---resume`` resets with the seeds the evaluation started with.
+--resume`` resets with the seeds the evaluation started with. With the seed goes the test folder
+the evaluation plays (absolute, or null for a format that reads none), so that ``serve --resume``
+given no ``--tests`` plays the folder it started on: for a local run on the format's default test
+set, a cache folder the participant never typed.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.formats import get_format
 from arbiter.server.service.durable import atomic_write
 
-SEED_FILE = "seed.json"  # in the results folder: the seed the evaluation started with
+SEED_FILE = "seed.json"  # in the results folder: the seed and test folder the evaluation started with
 # Which formats keep their seed secret is theirs to say (Format.secret_seed): it is worth keeping
 # where the env lives on the server, seeded by the competition seed. Flatland's protocol hands
 # every reset's seed to the client, which rebuilds the env with it (a drawn seed would hide
@@ -54,32 +58,50 @@ def read_persisted_seed(results_dir: str) -> dict[str, Any] | None:
     return found
 
 
-def record_seed(results_dir: str, spec: CompetitionSpec) -> None:
-    """A fresh evaluation's seed, kept in its results folder so that ``serve --resume`` resets
-    with it (``persisted_seed`` reads it back): a local run's, whose seed is no secret, the way a
-    hosted evaluation's was written before it started (left as it is when it is the same)."""
+def recorded_tests(results_dir: str) -> str | None:
+    """The test folder the evaluation in ``results_dir`` started on, as ``seed.json`` names it;
+    None when there is no ``seed.json`` or it names none (a format that reads no tests)."""
+    found = read_persisted_seed(results_dir)
+    tests = found.get("tests") if found else None
+    return tests if isinstance(tests, str) and tests else None
+
+
+def record_seed(results_dir: str, spec: CompetitionSpec, tests: str | None = None) -> None:
+    """A fresh evaluation's seed and test folder, kept in its results folder so that ``serve
+    --resume`` resets with the one and plays the other (``persisted_seed`` and ``recorded_tests``
+    read them back): a local run's, whose seed is no secret, the way a hosted evaluation's were
+    written before it started (left as they are when they are the same)."""
     try:
         found = read_persisted_seed(results_dir)
     except ConfigError:  # unreadable: an earlier evaluation's, replaced with this one's
         found = None
-    if found is None or found["seed"] != spec.seed:
-        _write_seed_file(results_dir, spec.seed, drawn=False)
+    if found is None or found["seed"] != spec.seed or found.get("tests") != _absolute(tests):
+        _write_seed_file(
+            results_dir, spec.seed, drawn=bool(found and found["seed"] == spec.seed and found["drawn"]), tests=tests
+        )
 
 
-def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool) -> None:
+def _absolute(tests: str | None) -> str | None:
+    return os.path.abspath(tests) if tests else None
+
+
+def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool, tests: str | None) -> None:
     """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
     os.makedirs(results_dir, exist_ok=True)
-    atomic_write(seed_file(results_dir), json.dumps({"seed": seed, "drawn": drawn}) + "\n", sync_folder=True)
+    record = {"seed": seed, "drawn": drawn, "tests": _absolute(tests)}
+    atomic_write(seed_file(results_dir), json.dumps(record) + "\n", sync_folder=True)
 
 
-def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool) -> CompetitionSpec:
+def persisted_seed(
+    results_dir: str, spec: CompetitionSpec, *, resume: bool, hosted: bool, tests: str | None = None
+) -> CompetitionSpec:
     """The spec with the seed the evaluation in ``results_dir`` resets with.
 
     Not hosted (``arbiter run``): the spec's seed, as it is. Hosted (``arbiter serve``): a fresh
     evaluation of a format whose seed is secret (``Format.secret_seed``) draws a seed unless the spec's is fixed,
-    and every hosted evaluation writes its seed to the results folder before it starts (the
-    participant never sees it; the summary records it at the end). A resumed one reads it back,
-    so it resets with the seeds it started with."""
+    and every hosted evaluation writes its seed, with ``tests``, to the results folder before it
+    starts (the participant never sees it; the summary records it at the end). A resumed one reads
+    it back, so it resets with the seeds it started with."""
     if not hosted:
         return spec
     if resume:
@@ -98,7 +120,7 @@ def persisted_seed(results_dir: str, spec: CompetitionSpec, *, resume: bool, hos
             )
     drawn = not spec.seed_fixed and get_format(spec.format).secret_seed
     seed = secrets.randbits(DRAWN_SEED_BITS) if drawn else spec.seed
-    _write_seed_file(results_dir, seed, drawn=drawn)
+    _write_seed_file(results_dir, seed, drawn=drawn, tests=tests)
     return dataclasses.replace(spec, seed=seed, seed_fixed=True)
 
 

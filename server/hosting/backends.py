@@ -85,7 +85,7 @@ def prepare_attempt(spec: CompetitionSpec, results_dir: str, resume: bool) -> At
     results_dir = os.path.abspath(results_dir)
     tests = evaluation_tests(spec)
     # Hosted: a format whose seeds stay secret draws one, kept in the results folder for a resume.
-    seeded = persisted_seed(results_dir, spec, resume=resume, hosted=True)
+    seeded = persisted_seed(results_dir, spec, resume=resume, hosted=True, tests=tests)
     return Attempt(seeded, os.path.abspath(tests) if tests else None, results_dir)
 
 

@@ -63,7 +63,7 @@ def build_service(
     continues = resume and (bool(records) or os.path.exists(store.events_path))
     if not resume:
         store.start_fresh()
-        record_seed(results_dir, spec)
+        record_seed(results_dir, spec, tests)
     # Without recording the plan is used as it is: not even a wrapper on the step path.
     recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
     events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)

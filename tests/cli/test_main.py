@@ -236,7 +236,7 @@ def test_a_local_run_keeps_its_seed_for_a_resume_with_the_same_options(tmp_path)
     argv = ["run", "--competition", "two-phase-cartpole", "--phase", "1", "--results", str(results), "--quiet", "--"]
     main([*argv, *agent])  # the agent plays nothing and exits: the evaluation ends, its seed stays
     spec = load_competition("two-phase-cartpole")
-    assert read_persisted_seed(str(results)) == {"seed": spec.seed, "drawn": False}
+    assert read_persisted_seed(str(results)) == {"seed": spec.seed, "drawn": False, "tests": None}
     assert persisted_seed(str(results), spec, resume=True, hosted=True).seed == spec.seed
 
 

@@ -97,7 +97,7 @@ def test_a_hosted_evaluation_draws_its_seed_and_a_resumed_one_reads_it_back(tmp_
     first, second = str(tmp_path / "first"), str(tmp_path / "second")
     drawn = persisted_seed(first, spec, resume=False, hosted=True)
     assert drawn.seed != PRESET_SEED and drawn.seed >= 0
-    assert read_persisted_seed(first) == {"seed": drawn.seed, "drawn": True}
+    assert read_persisted_seed(first) == {"seed": drawn.seed, "drawn": True, "tests": None}
     assert os.listdir(first) == [SEED_FILE]  # written through a temporary file, renamed: nothing else left
     assert persisted_seed(second, spec, resume=False, hosted=True).seed != drawn.seed
     resumed = persisted_seed(first, spec, resume=True, hosted=True)
@@ -114,7 +114,7 @@ def test_a_hosted_evaluation_draws_its_seed_and_a_resumed_one_reads_it_back(tmp_
 def test_a_fixed_seed_a_local_run_and_flatland_keep_the_competitions_seed(tmp_path):
     fixed = load_competition("two-phase-cartpole", ["seed=5"])
     assert persisted_seed(str(tmp_path / "fixed"), fixed, resume=False, hosted=True).seed == 5
-    assert read_persisted_seed(str(tmp_path / "fixed")) == {"seed": 5, "drawn": False}
+    assert read_persisted_seed(str(tmp_path / "fixed")) == {"seed": 5, "drawn": False, "tests": None}
     local = load_competition("two-phase-cartpole")
     assert persisted_seed(str(tmp_path / "local"), local, resume=False, hosted=False) is local
     assert not (tmp_path / "local").exists()  # arbiter run: the participant's own run, nothing to keep

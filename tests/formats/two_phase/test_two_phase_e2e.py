@@ -317,7 +317,7 @@ def test_run_and_serve_take_set_and_phase(tmp_path):
     # resume, as it is
     assert [r["seed"] for r in read_episodes(str(results))] == [reset_seed(1001, 1, i) for i in range(2)]
     assert summary["seed"] == 1001
-    assert json.loads((results / "seed.json").read_text()) == {"seed": 1001, "drawn": False}
+    assert json.loads((results / "seed.json").read_text()) == {"seed": 1001, "drawn": False, "tests": None}
     bad = subprocess.run(
         [sys.executable, "-m", "arbiter.server.cli", "serve", "--competition", "two-phase-cartpole",
          "--set", "phase2.goal_reward=much"],
