@@ -95,7 +95,13 @@ def resolve_tests(args: argparse.Namespace, spec: CompetitionSpec) -> str | None
     """Flag, competition key, then the variable the format's community sets (Flatland's
     AICROWD_TESTS_FOLDER; read for that format only: another format's data is never a Flatland
     test folder)."""
-    variable = get_format(spec.format).tests_variable
+    found = get_format(spec.format)
+    if args.tests is not None and not found.takes_tests:
+        raise ConfigError(
+            f"--tests: format {spec.format!r} reads no test folder (its episodes come from the "
+            "competition's env and seed); leave --tests out"
+        )
+    variable = found.tests_variable
     return args.tests or spec.tests or (os.environ.get(variable) if variable else None)
 
 

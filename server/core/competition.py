@@ -291,6 +291,8 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         )
     except TypeError as exc:
         raise ConfigError(f"{source}: {exc}") from None
+    if spec.tests is not None and not found.takes_tests:
+        raise ConfigError(f"{source}: key 'tests': format {format_name!r} reads no test folder")
     _check_leaderboard(spec, source)
     return spec
 

@@ -269,6 +269,9 @@ class Format:
     report_headline: Callable[[dict[str, Any]], list[Any]] | None = None
     presets_dir: str | None = None
     requires_tests: bool = False  # True: the evaluation needs a test folder (--tests)
+    # True: the evaluation reads a test folder when given one (--tests, the competition's `tests`);
+    # False: it reads none, and one given is refused. requires_tests implies it.
+    reads_tests: bool = False
     clients: str = ""  # how its agents connect, named when a client of another format connects
     # What one item is called in the lines people read (singular, plural).
     item_nouns: tuple[str, str] = ("episode", "episodes")
@@ -297,6 +300,11 @@ class Format:
     # `--record N`: (plan, results store, N) → the plan recording its first N items, with an
     # ``episode_ended(record, evaluation)`` to call after each item's record is stored.
     recorder: Callable[[Any, Any, int], Any] | None = None
+
+    @property
+    def takes_tests(self) -> bool:
+        """Whether the evaluation reads a test folder at all."""
+        return self.reads_tests or self.requires_tests
 
     @property
     def default_rule(self) -> str:

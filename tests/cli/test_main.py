@@ -78,7 +78,7 @@ def test_the_redis_url_is_the_flag_then_arbiters_variable_then_flatlands_default
     assert resolve_redis_url(flagged, embedded_ok=False) == "rediss://cache:6380/1"
 
 
-# The checks of a serve's settings come after the test folder's: one is named (never read).
+# A serve with no test folder is refused once its other settings pass: one is named (never read).
 SOME_TESTS = ("--tests", "a-test-folder")
 
 
@@ -94,6 +94,16 @@ SOME_TESTS = ("--tests", "a-test-folder")
         (["serve", "--competition", "no-such-competition"], {}, "unknown competition"),
         (["serve", "--set", "scoring=best"], {}, "unknown scoring rule"),
         (["serve", "--phase", "1"], {}, "--phase: competition 'flatland-neurips2020' (flatland) has no phases"),
+        (
+            ["run", "--competition", "two-phase-cartpole", "--tests", "t", "--", "a"],
+            {},
+            "--tests: format 'two-phase' reads no test folder",
+        ),
+        (
+            ["serve", "--competition", "diambra", "--set", "tests=t"],
+            {},
+            "key 'tests': format 'diambra' reads no test folder",
+        ),
     ],
 )
 def test_a_bad_setting_is_one_line_and_exit_status_2(capsys, monkeypatch, argv, environment, message):

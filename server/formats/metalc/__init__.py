@@ -24,6 +24,7 @@ FORMAT = Format(
     name="metalc",
     rules={"alc": AlcRule},
     make_plan=MetaLCPlan,
+    reads_tests=True,  # the meta-dataset; its plan says what to do when there is none
     options=MetaLCOptions,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
