@@ -7,12 +7,16 @@ load every command with them.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from arbiter.server.cli.main import main as run
-
+    try:
+        from arbiter.server.cli.main import main as run
+    except KeyboardInterrupt:  # Ctrl-C while the command line loads: said as after it, not a traceback
+        print("arbiter: interrupted", file=sys.stderr)
+        return 130
     return run(argv)
 
 

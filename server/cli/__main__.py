@@ -2,6 +2,6 @@
 
 import sys
 
-from arbiter.server.cli.main import main
+from arbiter.server.cli import main
 
 sys.exit(main())

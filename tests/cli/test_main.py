@@ -268,3 +268,24 @@ def test_a_wrong_redis_password_is_one_line_and_exit_status_2_at_once(capsys, tm
         assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.startswith("arbiter: error: Redis refused the user or password") and "wrong" not in error
+
+
+def test_ctrl_c_while_the_command_line_loads_is_one_line_and_exit_status_130():
+    """The `arbiter` command loads its modules when called; an interrupt meanwhile is said the way
+    one during a command is, not with a traceback of the import. In a process of its own: the
+    entry point is the package's ``main``, which importing the module of the same name hides."""
+    program = """
+import sys, types
+
+class LoadingInterrupted(types.ModuleType):
+    def __getattr__(self, name):
+        if name == "main":  # what the command imports
+            raise KeyboardInterrupt
+        raise AttributeError(name)
+
+sys.modules["arbiter.server.cli.main"] = LoadingInterrupted("arbiter.server.cli.main")
+from arbiter.server.cli import main
+sys.exit(main(["acl", "--help"]))
+"""
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stderr) == (130, "arbiter: interrupted\n")
