@@ -14,8 +14,12 @@ from arbiter.server.formats.base import Item, OpenItem, finite, plain, reset_see
 
 
 def test_reset_seeds_are_numpys_seed_sequence_of_the_base_and_the_path():
-    expected = int(np.random.SeedSequence([1001, 2, 3]).generate_state(1, dtype=np.uint32)[0])
+    expected = int(np.random.SeedSequence(1001, spawn_key=(2, 2, 3)).generate_state(1, dtype=np.uint32)[0])
     assert reset_seed(1001, 2, 3) == expected
+    # Paths that differ only by trailing zeros, or a large base against a small one with a path,
+    # are different places: numpy alone pads both to the same entropy.
+    assert len({reset_seed(1001), reset_seed(1001, 0), reset_seed(1001, 0, 0)}) == 3
+    assert reset_seed(2**32 + 5) != reset_seed(5, 1)
     assert reset_seed(None, 2, 3) is None
     seeds = {reset_seed(1001, run, episode) for run in range(4) for episode in range(25)}
     assert len(seeds) == 100  # independent places give distinct seeds
