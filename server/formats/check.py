@@ -32,6 +32,7 @@ from arbiter.server.formats.base import Format, Item
 Policy = Callable[[Any, dict[str, Any]], Any]
 
 SCORE_KEYS = ("primary", "secondary", "primary_name", "secondary_name", "spread")
+FIGURE_KEYS = {"name", "title", "value", "direction", "spec", "spread"}  # what core.scoring.figure makes
 OPEN_ITEM_MEMBERS = ("item", "spans_resets", "stage_budget_s", "create_payload", "sanitize", "step", "step_reply",
                      "records", "close")  # fmt: skip
 PLAN_MEMBERS = ("items", "seed", "source", "server_side", "prepare_ahead", "packages", "columns", "csv_columns", "open",
@@ -283,6 +284,12 @@ class _Checker:
         declared = [c.name for c in plan.columns if c.value is None and not c.optional]
         for record in records:
             missing = [name for name in declared if name not in record]
+            if missing and record["ended"] == NOT_PLAYED:
+                raise self.fail(
+                    "Plan.unplayed_records()",
+                    f"gave a record of item {record['index']}, never played, without {missing}, which "
+                    f"Plan.columns declares (mark them optional, or give them): {_short(record)}",
+                )
             if missing:
                 raise self.fail("Plan.columns", f"declares {missing}, which a record lacks: {_short(record)}")
             row = plan.csv_row(record)
@@ -306,13 +313,44 @@ class _Checker:
             r for r in self.report.unplayed if r["index"] > played[0]["index"]
         ]
         self.score(rule, ended_early, "an evaluation that ended after its first item")
-        primary = rule.primary(played)
+        primary = self.call(rule, "primary", played, "the records of a whole evaluation")
         if primary is not None and not isinstance(primary, (int, float)):
             raise self.fail(f"rule {rule.name!r}.primary", f"gave {primary!r}: a number or None")
+        self.check_figures(rule, played, score)
         self.report.score = score
 
+    def check_figures(self, rule: Any, records: list[dict[str, Any]], score: dict[str, Any]) -> None:
+        """What a leaderboard reads: figures made by core.scoring.figure, named in figure_names."""
+        member = f"rule {rule.name!r}.figures"
+        made = self.call(rule, "figures", records, "the records of a whole evaluation", score)
+        if not isinstance(made, list) or not all(isinstance(f, dict) and FIGURE_KEYS <= set(f) for f in made):
+            raise self.fail(member, f"gave {_short(made)}: a list of figures made by core.scoring.figure")
+        names = [f["name"] for f in made]
+        unnamed = [name for name in names if name not in rule.figure_names]
+        if unnamed or len(set(names)) != len(names):
+            raise self.fail(member, f"gave figures {names}: each once, each one of figure_names {rule.figure_names}")
+        if any(f["direction"] not in ("higher", "lower") for f in made):
+            raise self.fail(member, f"gave {_short(made)}: each figure's direction is 'higher' or 'lower'")
+        context = self.call(rule, "context", records, "the records of a whole evaluation", score)
+        self.wire(f"rule {rule.name!r}.context", context)
+
+    def call(self, rule: Any, member: str, records: list[dict[str, Any]], what: str, *more: Any) -> Any:
+        """``rule.member(records, *more)``; what it raises, as one error naming it and the records."""
+        try:
+            return getattr(rule, member)(records, *more)
+        except Exception as exc:
+            hint = (
+                " (an evaluation that ended early holds records of items never played: ended "
+                "'not_played', with only the fields Plan.unplayed_records gives)"
+                if any(r.get("ended") == NOT_PLAYED for r in records)
+                else ""
+            )
+            raise self.fail(
+                f"rule {rule.name!r}.{member}", f"raised {type(exc).__name__}: {exc}, for {what}{hint}"
+            ) from exc
+
     def score(self, rule: Any, records: list[dict[str, Any]], what: str) -> dict[str, Any]:
-        score = rule.aggregate(records)
+        score = self.call(rule, "aggregate", records, what)
         member = f"rule {rule.name!r}.aggregate"
         if not isinstance(score, dict) or any(key not in score for key in SCORE_KEYS):
             raise self.fail(member, f"gave {_short(score)} for {what}: a map with at least {list(SCORE_KEYS)}")

@@ -18,7 +18,7 @@ from fake_envs import CountingEnv
 
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.core.competition import load_competition, spec_from_dict
-from arbiter.server.core.scoring import spread
+from arbiter.server.core.scoring import figure, spread
 from arbiter.server.core.summary import ENDINGS
 from arbiter.server.formats import KNOWN, FormatCheckError, check_format, get_format
 from arbiter.server.formats.base import Column, Format, Item, OpenItem, Rule
@@ -198,6 +198,28 @@ class UnplayedClaims(CountingPlan):
         return [{**item.fields, "seed": None, "steps": 0, "return": 0.0, "ended": "finished"}]
 
 
+class NeedsPlayedFields(MeanReturn):
+    """Divides by a figure that is 0 in the records of items never played."""
+
+    def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        return {**super().aggregate(records), "secondary": statistics.fmean(r["return"] / r["steps"] for r in records)}
+
+
+class UnplayedLackColumns(CountingPlan):
+    def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
+        return [{"steps": 0, "return": 0.0, "seed": None}]  # the plan's "episode" column left out
+
+
+class UnnamedFigure(MeanReturn):
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        return [figure("mean", "mean return", score["primary"], higher_is_better=True)]
+
+
+class NoDirection(MeanReturn):
+    def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
+        return [{**made, "direction": "up"} for made in super().figures(records, score)]
+
+
 @pytest.mark.parametrize(
     "broken,member",
     [
@@ -215,6 +237,17 @@ class UnplayedClaims(CountingPlan):
         (counting(NoSpaces), "Plan.handshake() advertises no action space"),
         (counting(TwoKeys), "Plan.items has two items with one key"),
         (counting(UnplayedClaims), "Plan.unplayed() item 'episode/0': the format's record says ended='finished'"),
+        (
+            counting(rule=NeedsPlayedFields),
+            "rule 'mean-return'.aggregate raised ZeroDivisionError: float division by zero, for an evaluation "
+            "that ended after its first item (an evaluation that ended early holds records of items never played",
+        ),
+        (
+            counting(UnplayedLackColumns),
+            "Plan.unplayed_records() gave a record of item 0, never played, without ['episode']",
+        ),
+        (counting(rule=UnnamedFigure), "rule 'mean-return'.figures gave figures ['mean']: each once, each one of"),
+        (counting(rule=NoDirection), "rule 'mean-return'.figures gave"),
     ],
     ids=lambda value: value.split(" ")[0] if isinstance(value, str) else None,
 )
