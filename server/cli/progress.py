@@ -36,10 +36,13 @@ class Progress:
         if self.enabled:
             print(text, file=self.stream, flush=True)
 
-    def started(self, *, service_id: str, tests: str, episodes: int, competition: str, debug: bool, redis: str) -> None:
+    def started(
+        self, *, service_id: str, tests: str | None, episodes: int, competition: str, debug: bool, redis: str
+    ) -> None:
         label = " [DEBUG run: shortened, not an official score]" if debug else ""
+        of_source = f" of {tests}" if tests else ""  # a plan that names no source (Plan.source) is said without
         self.note(
-            f"arbiter: evaluating {count_items(episodes, self.format_name)} of {tests} ({competition}){label}\n"
+            f"arbiter: evaluating {count_items(episodes, self.format_name)}{of_source} ({competition}){label}\n"
             f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
         )
 

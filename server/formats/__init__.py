@@ -4,13 +4,17 @@ A format is a module exposing ``FORMAT`` (a ``base.Format``): its plan of items,
 rules, its competition keys, its report sections and presets. The formats arbiter ships are
 folders of this package, listed in ``KNOWN``; they load on first use, so an evaluation imports
 only its own format's dependencies (flatland-rl, gymnasium, diambra-arena ...). A format kept
-elsewhere joins with ``register_format`` (docs/adding-a-format.md), and ``check_format`` plays
-any format against the contract the core relies on.
+elsewhere joins by an entry point of its installed package in the ``arbiter.formats`` group
+(every ``arbiter`` command then knows it), or with ``register_format`` in a program of its own
+(docs/adding-a-format.md); ``check_format`` plays any format against the contract the core
+relies on.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
+import logging
 import os
 from types import ModuleType
 
@@ -19,11 +23,13 @@ from arbiter.server.formats.base import Format
 from arbiter.server.formats.check import FormatCheckError, check_format
 
 __all__ = [
+    "ENTRY_POINT_GROUP",
     "KNOWN",
     "FormatCheckError",
     "check_format",
     "format_names",
     "get_format",
+    "installed_formats",
     "presets_dirs",
     "register_format",
 ]
@@ -36,12 +42,38 @@ KNOWN: dict[str, str] = {
     "metalc": "arbiter.server.formats.metalc",
 }
 
+# The entry point group an installed package declares its formats in: NAME = "module" (a module
+# defining FORMAT) or NAME = "module:FORMAT".
+ENTRY_POINT_GROUP = "arbiter.formats"
+JOINING = (
+    f"a format kept outside arbiter joins by an {ENTRY_POINT_GROUP!r} entry point of its installed package, "
+    "or with register_format"
+)
+
+log = logging.getLogger(__name__)
+
 _loaded: dict[str, Format] = {}
 _registered: dict[str, Format] = {}  # formats from outside the package, in the order they joined
+_installed: dict[str, importlib.metadata.EntryPoint] | None = None  # read once, on first need
+
+
+def installed_formats() -> dict[str, importlib.metadata.EntryPoint]:
+    """The formats installed packages declare (entry points of ``ENTRY_POINT_GROUP``), by name;
+    one named like a shipped format is left out, and said."""
+    global _installed
+    if _installed is None:
+        found: dict[str, importlib.metadata.EntryPoint] = {}
+        for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+            if entry.name in KNOWN:
+                log.warning("format %r (entry point %s) has a name of arbiter's own: left out", entry.name, entry.value)
+            else:
+                found.setdefault(entry.name, entry)
+        _installed = found
+    return _installed
 
 
 def format_names() -> list[str]:
-    return [*KNOWN, *_registered]
+    return [*KNOWN, *_registered, *(name for name in installed_formats() if name not in _registered)]
 
 
 def register_format(name: str, module_or_format: str | ModuleType | Format) -> Format:
@@ -63,10 +95,27 @@ def get_format(name: str) -> Format:
     if name in _loaded:
         return _loaded[name]
     module_name = KNOWN.get(name)
-    if module_name is None:
-        raise ConfigError(f"unknown format {name!r}; known: {', '.join(format_names())}")
-    _loaded[name] = _format_of(name, module_name)
+    if module_name is not None:
+        _loaded[name] = _format_of(name, module_name)
+    elif name in installed_formats():
+        _loaded[name] = _installed_format(name, installed_formats()[name])
+    else:
+        raise ConfigError(f"unknown format {name!r}; known: {', '.join(format_names())} ({JOINING})")
     return _loaded[name]
+
+
+def _installed_format(name: str, entry: importlib.metadata.EntryPoint) -> Format:
+    where = f"entry point {name} = {entry.value!r} ({ENTRY_POINT_GROUP})"
+    try:
+        loaded = entry.load()
+    except Exception as exc:  # whatever its import raises: said with the entry point to look at
+        raise ConfigError(f"format {name!r} cannot be loaded from {where}: {type(exc).__name__}: {exc}") from None
+    found = loaded if isinstance(loaded, Format) else getattr(loaded, "FORMAT", None)
+    if not isinstance(found, Format):
+        raise ConfigError(f"format {name!r}: {where} names neither a Format nor a module defining FORMAT")
+    if found.name != name:
+        raise ConfigError(f"format {name!r}: {where} gives a Format named {found.name!r}; name the entry point that")
+    return found
 
 
 def _format_of(name: str, module: str | ModuleType) -> Format:
@@ -90,5 +139,13 @@ def presets_dirs() -> list[str]:
         folder = os.path.join(here, module_name.rsplit(".", 1)[1], "presets")
         if os.path.isdir(folder):
             found.append(folder)
-    found += [f.presets_dir for f in _registered.values() if f.presets_dir and os.path.isdir(f.presets_dir)]
+    others = list(_registered.values())
+    for name in installed_formats():
+        if name in _registered:
+            continue
+        try:
+            others.append(get_format(name))
+        except ConfigError as exc:  # a broken package's format: its presets are missing, nothing else
+            log.warning("%s", exc)
+    found += [f.presets_dir for f in others if f.presets_dir and os.path.isdir(f.presets_dir)]
     return found

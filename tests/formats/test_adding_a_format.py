@@ -82,13 +82,13 @@ def test_a_format_registers_under_its_own_name_only(guess_module):
         register_format("flatland", get_format("flatland"))
 
 
-def test_the_pages_competition_and_agent_play_it_end_to_end(guess_module, redis_url, service_id, tmp_path):
+def test_the_pages_competition_and_agent_play_it_end_to_end(guess_module, redis_url, service_id, tmp_path, monkeypatch):
     competition = tomllib.loads(block_with("toml", 'format = "guess"'))
     spec = spec_from_dict("guess", competition)
     options = spec.options
     agent = block_with("python", "RemoteEnv(")
-    agent = agent.replace('"redis://localhost:6379"', repr(redis_url))
-    agent = agent.replace('service_id="guess"', f"service_id={service_id!r}")
+    monkeypatch.setenv("ARBITER_REDIS_URL", redis_url)  # as `arbiter run` gives them to its agent
+    monkeypatch.setenv("AICROWD_SUBMISSION_ID", service_id)
     results = str(tmp_path / "results")
     with running_service(spec, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (_, outcome):
         scope: dict[str, Any] = {}
@@ -108,3 +108,61 @@ def test_the_pages_competition_and_agent_play_it_end_to_end(guess_module, redis_
         rows = list(csv.DictReader(handle))
     assert list(rows[0]) == ["game", "seed", "steps", "return", "ended"]
     assert [int(row["steps"]) for row in rows] == guesses
+
+
+def installed_package(site: Path) -> None:
+    """The page's package as an install leaves it on the path: its module, and a dist-info whose
+    entry points are the ones its pyproject.toml declares (what pip writes, without a build)."""
+    project = tomllib.loads(block_with("toml", "[project.entry-points"))
+    site.mkdir()
+    (site / "guess_format.py").write_text(block_with("python", "FORMAT = Format("), encoding="utf-8")
+    dist_info = site / f"{project['project']['name'].replace('-', '_')}-{project['project']['version']}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['project']['name']}\nVersion: {project['project']['version']}\n"
+    )
+    groups = project["project"]["entry-points"]
+    (dist_info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in entries.items()) for group, entries in groups.items()
+        )
+    )
+
+
+def test_an_installed_format_is_known_to_every_command(tmp_path):
+    """The page's package installed: `arbiter run` with the page's competition file and agent,
+    then `arbiter rescore` and `arbiter leaderboard` over the results, with no launcher."""
+    import json
+    import os
+    import subprocess
+
+    installed_package(tmp_path / "site")
+    (tmp_path / "guess.toml").write_text(block_with("toml", 'format = "guess"'), encoding="utf-8")
+    (tmp_path / "guess_agent.py").write_text(block_with("python", "RemoteEnv("), encoding="utf-8")
+    environment = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), os.environ.get("PYTHONPATH", "")]),
+    }
+    arbiter = [sys.executable, "-m", "arbiter.server.cli"]
+    results = tmp_path / "root" / "guess" / "first"
+
+    def command(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*arbiter, *argv], cwd=tmp_path, env=environment, capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+
+    ran = command("run", "--competition", "guess.toml", "--results", str(results), "--participant", "ada",
+                  "--", sys.executable, "guess_agent.py")  # fmt: skip
+    assert ran.returncode == 0, ran.stderr
+    assert "arbiter: evaluating 20 games (guess)" in ran.stderr  # its nouns; no source named, none said
+    summary = json.loads((results / "summary.json").read_text())
+    assert (summary["state"], summary["format"], summary["score"]["primary"]) == ("SUCCESS", "guess", 1.0)
+    rescored = command("rescore", str(results))
+    assert rescored.returncode == 0, rescored.stdout + rescored.stderr
+    board = command("leaderboard", "--results-root", str(tmp_path / "root"), "--competition", "guess.toml", "--json")
+    assert board.returncode == 0, board.stderr
+    assert [row["participant"] for row in json.loads(board.stdout)["rows"]] == ["ada"]
+
+
+def test_an_unknown_format_says_how_one_joins(tmp_path):
+    with pytest.raises(ConfigError, match="joins by an 'arbiter.formats' entry point of its installed package"):
+        get_format("no-such-format")
