@@ -16,6 +16,10 @@ from arbiter.protocol.errors import ConfigError
 
 
 class ScoringRule(Protocol):
+    """What the core asks of a scoring rule. A format writes its rules as subclasses of
+    ``formats.base.Rule``, which gives this with defaults; the core names only this, so that it
+    depends on no format's code."""
+
     name: str
     higher_is_better: bool
     figure_names: tuple[str, ...]  # what ``figures`` reports: the names a [leaderboard] column may use
