@@ -380,7 +380,8 @@ def decode(data: bytes, limits: Limits = COMMAND_LIMITS, maps: Callable[[dict], 
     except ExtraData as exc:
         raise DecodeError(f"{len(exc.extra)} bytes of trailing data after the message") from None
     except Exception as exc:  # msgpack raises a zoo of types: ValueError, TypeError, StackError, ...
-        raise DecodeError(f"undecodable message: {type(exc).__name__}: {exc}") from exc
+        said = str(exc) or "not msgpack"  # msgpack says nothing of a byte it never uses (0xc1)
+        raise DecodeError(f"undecodable message: {type(exc).__name__}: {said}") from exc
     return message
 
 

@@ -33,6 +33,7 @@ from arbiter.protocol.errors import EvaluatorRestarted, WrongFormat
 from arbiter.protocol.messages import FLATLAND_RL
 from arbiter.server.core.endings import State
 from arbiter.server.core.resume import group_bounds
+from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.formats import get_format
 
 if TYPE_CHECKING:
@@ -82,8 +83,12 @@ class Restarts:
         else:
             return  # says nothing (an older client): RemoteEnv and the runners check the PONG too
         if not plays:
-            name = str(ext.get("client") or "the client")[:60]
-            played = "any format whose env is the evaluator's" if formats == "server-side" else ", ".join(formats)
+            name = quoted_from_agent(ext.get("client") or "the client", limit=60)
+            played = (
+                "any format whose env is the evaluator's"
+                if formats == "server-side"
+                else quoted_from_agent(", ".join(formats), limit=120)
+            )
             self.refuse_wrong_client(f"{name}, a client for {played}", now)
 
     def refuse_wrong_client(self, client: str, now: float) -> NoReturn:

@@ -27,3 +27,12 @@ def count_items(count: int, format_name: str | None) -> str:
 
 def plural(count: int, word: str, words: str | None = None) -> str:
     return f"{count} {word if count == 1 else (words or word + 's')}"
+
+
+def quoted_from_agent(value: object, limit: int = 80) -> str:
+    """Text an agent sent, as arbiter's own lines and causes show it: control characters escaped
+    (a newline or a terminal escape cannot forge a line of ours), cut to ``limit`` characters."""
+    text = str(value)
+    cut = len(text) > limit
+    text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
+    return text + ("..." if cut else "")

@@ -15,24 +15,24 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
-from arbiter.protocol import codec, keys
+from arbiter.protocol import codec
 from arbiter.protocol.errors import (
     ArbiterError,
-    DecodeError,
     EvaluationError,
     EvaluatorRestarted,
     OutOfOrder,
-    ProtocolError,
     UnknownMessageType,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
+from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
 from arbiter.server.service.frame_sharing import FrameSharing
+from arbiter.server.service.requests import Request, RequestReader
+from arbiter.server.service.throttled_log import ThrottledLog
 from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
 
 log = logging.getLogger(__name__)
@@ -47,24 +47,9 @@ FLOOD_CHECK_S = 1.0
 AFTER_END_POLL_S = 0.1
 # What ends an evaluation from outside: an orchestrator (SIGTERM), Ctrl-C, a closed terminal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-PICKLE_REFUSED = (
-    "this evaluator refuses pickled requests (it runs with --refuse-pickle, or accept_pickle = false in its "
-    "competition file): create the client with FlatlandRemoteClient(use_pickle=False)"
-)
 
 
 Handler = Callable[[dict[str, Any], float], "dict[str, Any] | None"]
-
-
-@dataclass(slots=True)
-class Request:
-    """One decoded request: its type (as sent: not yet known to be valid), its payload (a map,
-    empty when the client sent none), the wire it came in, and its reply list when valid."""
-
-    type: Any
-    payload: dict[str, Any]
-    wire: str
-    reply_to: str | None
 
 
 class EvaluatorService:
@@ -88,12 +73,10 @@ class EvaluatorService:
         self._leftovers = transport.queued()
         # flatland's client with use_pickle=True pickles its requests and unpickles what it
         # gets back: errors-list entries go in the wire format of the client applied last.
-        self.accept_pickle = accept_pickle
         self.client_wire = codec.MSGPACK
         self._downtime_seen_s = 0.0
         self._refused_replies_seen = 0  # transport.refused_replies already counted
         self.service_id = transport.service_id
-        self._match_reply_channel = keys.response_channel_pattern(self.service_id).fullmatch
         # When the wait after the last turn ends, decided as its reply went out: the next turn's
         # wait for a request is that one (nothing between them moves a deadline).
         self._next_wait_at: float | None = None
@@ -104,6 +87,9 @@ class EvaluatorService:
         self._agent_ended_how: str | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
+        # What the agent's requests cause is logged at most once a second per kind.
+        self.requests = RequestReader(transport, evaluation.counters, ThrottledLog(log), accept_pickle=accept_pickle)
+        self.agent_log = self.requests.agent_log
         evaluation.recording.notices_after_reply = (
             True  # given at the end of each turn (_serve_once), once its reply is out
         )
@@ -188,8 +174,6 @@ class EvaluatorService:
         every request that comes is answered with an ``EvaluationError`` that says how it ended.
         An evaluation that ends while the agent waits (its budgets, its successive timeouts) would
         otherwise leave the agent's next request unanswered until its reply timeout."""
-        evaluation = self.evaluation
-        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
         # A Redis outage now is ridden out no longer than the window: the evaluation is over.
         self.transport.outage_limit_s = min(self.transport.outage_limit_s, max(0.0, until - time.monotonic()))
         while not (self._agent_gone.is_set() or self.transport.stop_requested):
@@ -198,13 +182,21 @@ class EvaluatorService:
                 return
             try:
                 raw = self.transport.pop(wait_until, should_stop=self._agent_gone.is_set)
-                request = None if raw is None else self._decode(raw)
-                if request is not None and request.reply_to is not None:
-                    reply = codec.encode(error_reply(EvaluationError.code, said), wire=request.wire)
-                    self.transport.reply(request.reply_to, reply)
-                    self.transport.flush()
+                if raw is not None:
+                    self.answer_ended(raw)
             except (RedisUnavailable, StopRequested):
                 return
+
+    def answer_ended(self, raw: bytes) -> None:
+        """A request taken once the evaluation has ended: answered with an ``EvaluationError``
+        saying how it ended (when it names a reply list)."""
+        evaluation = self.evaluation
+        request = self.requests.read(raw)
+        if request is not None and request.reply_to is not None:
+            said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
+            reply = codec.encode(error_reply(EvaluationError.code, said), wire=request.wire)
+            self.transport.reply(request.reply_to, reply)
+            self.transport.flush()
 
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
@@ -232,13 +224,19 @@ class EvaluatorService:
                 evaluation.endings.agent_exited(self._agent_status, time.monotonic(), self._agent_ended_how)
                 return False
         now = time.monotonic()
-        if raw is None:
+        if raw is None or now >= wait_until:
+            # No request by the nearest deadline, or one taken after it: the deadline passes first,
+            # so a stream of requests (junk included) never keeps a budget from running out.
             deadline = evaluation.endings.deadline()  # an outage may have moved it
             if now >= deadline.at:
                 for error in evaluation.endings.expire(deadline, now):
                     self.transport.push_error(codec.encode(error, wire=self.client_wire))
                 evaluation.recording.announce()
-            return True
+            if raw is None:
+                return True
+            if evaluation.finished:
+                self.answer_ended(raw)
+                return False
         self.handle(raw, now)
         evaluation.recording.announce()  # the reply is on its way (or rides the next packet)
         self._check_flood(now)
@@ -266,15 +264,6 @@ class EvaluatorService:
             self._downtime_seen_s = self.transport.downtime_s
             self.evaluation.endings.add_downtime(new_downtime_s)
 
-    def _refuse_pickle(self, reply_to: str | None) -> None:
-        """A pickling client while pickle is off: told why in the format it reads, so it fails
-        at once instead of waiting for a reply it could not read."""
-        self.evaluation.counters["refused_pickles"] += 1
-        log.warning("refused a pickled request: %s", PICKLE_REFUSED)
-        if reply_to is not None:
-            response = error_reply(ProtocolError.code, PICKLE_REFUSED)
-            self.transport.reply(reply_to, codec.encode(response, wire=codec.PICKLE))
-
     def handle(self, raw: bytes, now: float) -> None:
         """One request: decoded, let through the pickle gate, admitted by the client gate,
         applied to the evaluation, answered (at most one reply, on a valid reply list)."""
@@ -282,8 +271,8 @@ class EvaluatorService:
             self._leftovers -= 1
             self.evaluation.counters["leftover_requests"] += 1
             return
-        request = self._decode(raw)
-        if request is None or not self._through_pickle_gate(request):
+        request = self.requests.read(raw)
+        if request is None or not self.requests.admit_wire(request):
             return
         admission, response = self._answer(request, now)
         if admission is not None and admission.verdict is Verdict.APPLY:
@@ -309,34 +298,6 @@ class EvaluatorService:
         self._next_wait_at = evaluation.endings.deadline().at
         return self._next_wait_at
 
-    def _decode(self, raw: bytes) -> Request | None:
-        """The request in ``raw``, or None when it is not one (counted, logged, never answered:
-        with no readable reply list there is no one to answer)."""
-        counters = self.evaluation.counters
-        try:
-            message, wire = codec.decode_request(raw, codec.COMMAND_LIMITS)
-            if not isinstance(message, dict):
-                raise DecodeError(f"a request must be a map, got {type(message).__name__}")
-        except DecodeError as exc:
-            counters["bad_messages"] += 1
-            log.warning("rejected a message of %d bytes: %s", len(raw), exc)
-            return None
-        channel = message.get("response_channel")
-        reply_to = channel if isinstance(channel, str) and self._match_reply_channel(channel) is not None else None
-        if channel is not None and reply_to is None:
-            counters["bad_reply_channels"] += 1
-        payload = message.get("payload")
-        return Request(message.get("type"), payload if isinstance(payload, dict) else {}, wire, reply_to)
-
-    def _through_pickle_gate(self, request: Request) -> bool:
-        if request.wire != codec.PICKLE:
-            return True
-        if not self.accept_pickle:
-            self._refuse_pickle(request.reply_to)
-            return False
-        self.evaluation.counters["pickled_requests"] += 1
-        return True
-
     def _answer(self, request: Request, now: float) -> tuple[Admission | None, dict[str, Any] | None]:
         """The client gate's verdict on the request and the reply it gets; every refusal becomes
         an error reply, and a fault of the evaluator ends the evaluation, never the loop."""
@@ -346,12 +307,12 @@ class EvaluatorService:
             handler = self.dispatch.get(type_) if isinstance(type_, str) else None
             if handler is None:
                 self.evaluation.counters["unknown_types"] += 1
-                raise UnknownMessageType(f"unknown request type {str(type_)[:80]!r}")
+                raise UnknownMessageType(f"unknown request type '{quoted_from_agent(type_)}'")
             admission = self.gate.admit(extension(request.payload), now, handshake=type_ in HANDSHAKES)
             response = self._admitted(request, admission, handler, now)
         except ArbiterError as exc:
             self.evaluation.counters[f"errors_{exc.code.lower()}"] += 1
-            log.warning("request %s refused: %s", str(type_)[:80], exc)
+            self.agent_log.warning("refused", "request %s refused: %s", quoted_from_agent(type_), exc)
             response = error_reply(exc.code, str(exc))
             if isinstance(exc, EvaluatorRestarted):
                 response["payload"][EXTENSION_KEY] = {"resume_item": exc.resume_item}
@@ -359,9 +320,9 @@ class EvaluatorService:
         except RedisUnavailable:
             raise
         except Exception as exc:  # a bug or a broken test file: end cleanly, never with a traceback
-            log.exception("internal error while handling %s", str(type_)[:80])
+            log.exception("internal error while handling %s", quoted_from_agent(type_))
             self.evaluation.endings.fail_internal(
-                f"{type(exc).__name__}: {exc} (while handling {str(type_)[:80]})", now
+                f"{type(exc).__name__}: {exc} (while handling {quoted_from_agent(type_)})", now
             )
             response = error_reply("EVALUATION", "the evaluator failed; see its summary for the cause")
         return admission, response
@@ -377,7 +338,8 @@ class EvaluatorService:
         if admission.verdict is Verdict.FOREIGN:
             counters["foreign_requests"] += 1
             counters["errors_other_client"] += 1
-            log.warning("request %s refused: another client is bound to this evaluation", str(request.type)[:80])
+            refused = quoted_from_agent(request.type)
+            self.agent_log.warning("other client", "request %s refused: another client is bound to it", refused)
             return other_client_reply(admission)
         if admission.verdict is Verdict.STALE:
             counters["stale_requests"] += 1

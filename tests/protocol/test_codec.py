@@ -495,6 +495,9 @@ def test_trailing_garbage_rejected():
 @pytest.mark.parametrize("data", [b"", b"\xc1", b"\xc1\x00"], ids=["empty", "reserved", "reserved-plus"])
 def test_empty_and_reserved_bytes_rejected(data):
     _rejects(data)
+    with pytest.raises(DecodeError) as refused:
+        codec.decode_request(data, codec.COMMAND_LIMITS)
+    assert not str(refused.value).endswith(": ")  # the error says something, even where msgpack does not
 
 
 @pytest.mark.parametrize("data", ["\x80", "", 0, 5, None, 1.5, [0x80], {"a": 1}], ids=repr)

@@ -23,7 +23,7 @@ from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import ClientConflict, InvalidAction, OutOfOrder, ProtocolError, UnknownMessageType
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, request
 from arbiter.server.service import transport as transport_module
-from arbiter.server.service.loop import PICKLE_REFUSED
+from arbiter.server.service.requests import PICKLE_REFUSED
 
 
 class RawClient:
