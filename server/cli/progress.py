@@ -33,8 +33,14 @@ class Progress:
         self.format_name = format_name  # names the items in the start line
 
     def note(self, text: str) -> None:
-        if self.enabled:
+        if not self.enabled:
+            return
+        try:
             print(text, file=self.stream, flush=True)
+        except (OSError, ValueError):
+            # What shows the lines went away (`arbiter run ... 2>&1 | head`, a closed terminal):
+            # the evaluation goes on without them, its results folder says everything.
+            self.enabled = False
 
     def started(
         self, *, service_id: str, tests: str | None, episodes: int, competition: str, debug: bool, redis: str

@@ -289,3 +289,40 @@ sys.exit(main(["acl", "--help"]))
 """
     done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (130, "arbiter: interrupted\n")
+
+
+PHASE_ONE_AGENT = """
+from arbiter.client import RemoteEnv
+
+env = RemoteEnv()
+while True:
+    observation, info = env.reset()
+    if env.finished:
+        break
+    done = False
+    while not done:
+        observation, reward, terminated, truncated, info = env.step(int(observation[2] > 0))
+        done = terminated or truncated
+env.submit()
+"""
+
+
+def test_progress_lines_nobody_reads_any_more_never_fail_the_evaluation(tmp_path):
+    """`arbiter run ... 2>&1 | head -1`: the reader goes away after the first line; the evaluation
+    goes on to its end, its results whole."""
+    results = tmp_path / "r"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "arbiter.server.cli", "run", "--competition", "two-phase-cartpole", "--phase", "1",
+         "--set", "num_episodes=4", "--results", str(results), "--", sys.executable, "-c", PHASE_ONE_AGENT],
+        cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert run.stderr.readline().startswith(b"arbiter: evaluating")
+        run.stderr.close()  # the reader is gone: every progress line from now on meets a closed pipe
+        assert run.wait(timeout=120) == 0
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    summary = json.loads((results / "summary.json").read_text())
+    assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 4
