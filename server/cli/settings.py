@@ -148,16 +148,36 @@ def resolve_service_id(args: argparse.Namespace) -> str:
     return keys.validate_service_id(given_service_id(args) or DEFAULT_SERVICE_ID)
 
 
-def resolve_results(args: argparse.Namespace) -> str:
+DEFAULT_RESULTS_ROOT = "arbiter-results"  # in the current folder
+
+
+def claim_results(args: argparse.Namespace) -> tuple[str, str | None]:
+    """The results folder, and the outermost folder made for it here (None: none was made).
+
+    ``--results`` as given, made later by the evaluation. Else a new folder
+    ``arbiter-results/run-<date>-<time>`` made now, with ``-2``, ``-3`` ... after the name when
+    another run took it: making it is what claims it, so runs started in the same second never
+    share one."""
     if args.results:
-        return args.results
+        return args.results, None
+    made_root = _made(DEFAULT_RESULTS_ROOT)
+    os.makedirs(DEFAULT_RESULTS_ROOT, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    default = os.path.join("arbiter-results", f"run-{stamp}")
+    default = os.path.join(DEFAULT_RESULTS_ROOT, f"run-{stamp}")
     found, number = default, 1
-    while os.path.exists(found):  # another run started within the same second
+    while not _made(found):  # another run started within the same second
         number += 1
         found = f"{default}-{number}"
-    return found
+    return found, DEFAULT_RESULTS_ROOT if made_root else found
+
+
+def _made(folder: str) -> bool:
+    """Whether this call made ``folder`` (False: it was there already)."""
+    try:
+        os.mkdir(folder)
+    except FileExistsError:
+        return False
+    return True
 
 
 def refuse_earlier_results(results_dir: str) -> None:

@@ -135,6 +135,19 @@ def test_a_port_taken_after_the_check_fails_with_the_server_log(redis_server, mo
     assert server.pid is None and server.log_file is None
 
 
+def test_a_port_of_its_own_picking_taken_first_is_given_up_for_another(redis_server, monkeypatch):
+    """Runs started together both find 6379 free; the one whose redis-server loses the bind
+    takes another free port instead of failing."""
+    server = EmbeddedRedis()
+    server._port = redis_server.port  # as if picked in the moment before the other server bound it
+    lies = iter([True])  # that port is then said to be free, once: the check before the bind
+    real = embedded_redis.port_is_free
+    monkeypatch.setattr(embedded_redis, "port_is_free", lambda host, port: next(lies, None) or real(host, port))
+    with server:
+        assert server.port != redis_server.port
+        assert redis.Redis.from_url(server.url).ping()
+
+
 def test_a_server_that_never_answers_times_out_and_is_killed(tmp_path: Path, monkeypatch):
     pid_file = tmp_path / "pid"
     fake = tmp_path / "fake-redis-server"

@@ -16,7 +16,7 @@ import pytest
 from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run
 from arbiter.server.cli.main import EXIT_CODES, agent_ending, main, resolve_watched
 from arbiter.server.cli.parser import build_parser
-from arbiter.server.cli.settings import FLATLAND_ENV_BUDGETS, resolve_redis_url, resolve_results, resolve_spec
+from arbiter.server.cli.settings import FLATLAND_ENV_BUDGETS, claim_results, resolve_redis_url, resolve_spec
 from arbiter.server.service.acl import participant_acl
 
 
@@ -251,12 +251,40 @@ def test_a_local_run_keeps_its_seed_for_a_resume_with_the_same_options(tmp_path)
 
 
 def test_the_default_results_folder_is_new_even_for_runs_started_in_the_same_second(tmp_path, monkeypatch):
+    """Claimed by making it: the first claim makes arbiter-results/ too (removed with the run's
+    folder if the run fails before it starts), the next ones only their own folder."""
     monkeypatch.chdir(tmp_path)
-    first = resolve_results(args_of("run", "--", "agent"))
-    os.makedirs(first)
-    second = resolve_results(args_of("run", "--", "agent"))
+    first, first_made = claim_results(args_of("run", "--", "agent"))
+    second, second_made = claim_results(args_of("run", "--", "agent"))
     assert first.startswith(os.path.join("arbiter-results", "run-")) and second != first
     assert second == first + "-2" or second[len("arbiter-results/run-") :] > first[len("arbiter-results/run-") :]
+    assert os.path.isdir(first) and os.path.isdir(second)
+    assert (first_made, second_made) == ("arbiter-results", second)
+    assert claim_results(args_of("run", "--results", "mine", "--", "agent")) == ("mine", None)
+    assert not os.path.exists("mine")  # a folder given is made by the evaluation, not before
+
+
+def test_runs_started_together_each_get_their_own_folder_and_redis(tmp_path):
+    """Three `arbiter run`s at once from one folder: each claims a results folder and a port of
+    its own (not two on one folder, none failing on a port another took first)."""
+    command = [sys.executable, "-m", "arbiter.server.cli", "run", "--competition", "two-phase-cartpole", "--phase",
+               "1", "--set", "num_episodes=2", "--quiet", "--", sys.executable, "-c", PHASE_ONE_AGENT]  # fmt: skip
+    runs = [
+        subprocess.Popen(command, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE) for _ in range(3)
+    ]
+    try:
+        ended = [(run.wait(timeout=120), run.stderr.read().decode()) for run in runs]
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                run.kill()
+                run.wait()
+    assert [status for status, _ in ended] == [0, 0, 0], ended
+    folders = sorted((tmp_path / "arbiter-results").iterdir())
+    assert len(folders) == 3
+    for folder in folders:
+        summary = json.loads((folder / "summary.json").read_text())
+        assert summary["state"] == "SUCCESS" and summary["episodes"]["recorded"] == 2
 
 
 def test_a_wrong_redis_password_is_one_line_and_exit_status_2_at_once(capsys, tmp_path):
