@@ -66,11 +66,21 @@ def make_env(env_id: str, env_kwargs: dict[str, Any]) -> Any:
             raise ConfigError(f"env_id {env_id!r}: cannot import {module_name!r}: {exc}") from None
         target = getattr(module, attr, None)
         if isinstance(target, type) and issubclass(target, gymnasium.Env):
-            return target(**env_kwargs)
+            return _made(env_id, env_kwargs, lambda: target(**env_kwargs))
+    return _made(env_id, env_kwargs, lambda: gymnasium.make(env_id, **env_kwargs))
+
+
+def _made(env_id: str, env_kwargs: dict[str, Any], make: Any) -> Any:
+    """The env ``make`` builds; what its constructor refuses (a keyword it does not take, a value
+    out of its range) is the competition's error, named."""
+    import gymnasium
+
     try:
-        return gymnasium.make(env_id, **env_kwargs)
+        return make()
     except gymnasium.error.Error as exc:
         raise ConfigError(f"env_id {env_id!r}: {exc}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"env_id {env_id!r} with env_kwargs {env_kwargs!r}: the env refuses them: {exc}") from None
 
 
 class TwoPhasePlan(GymPlan):

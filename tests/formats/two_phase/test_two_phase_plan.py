@@ -100,3 +100,10 @@ def test_env_ids_that_name_nothing_are_clear_errors():
         assert type(env).__name__ == "CartPoleEnv" and env.spec is None
     finally:
         env.close()
+
+
+def test_env_kwargs_the_env_refuses_are_a_clear_error_naming_them():
+    """Found when the plan is made, so `arbiter run --set 'env_kwargs={k = 1}'` says it in one line."""
+    for env_id in ("CartPole-v1", "gymnasium.envs.classic_control:CartPoleEnv"):
+        with pytest.raises(ConfigError, match=rf"env_id '{env_id}' with env_kwargs {{'k': 1}}: the env refuses them"):
+            make_env(env_id, {"k": 1})
