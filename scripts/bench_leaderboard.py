@@ -143,7 +143,7 @@ def checks(made: dict[str, Any], evaluations: list[Path], boards: dict[str, Any]
             if not submission["interrupted"]:
                 scored.setdefault(submission["participant"], []).append(submission)
     counts = {"folders": made["folders"], "ranked": made["ranked_participants"], "unranked": made["interrupted"],
-              "debug_left_out": made["debug"], "baselines": 0}  # fmt: skip
+              "debug_left_out": made["debug"], "other_phases": 0, "baselines": 0}  # fmt: skip
     problems = []
     for path in ("recorded", "rescored"):
         board = boards[path]

@@ -35,7 +35,9 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
     submit.add_argument("--participant", required=True, metavar="NAME", help="whose submission it is (quotas)")
     submit.add_argument("--phase", type=int, choices=[1, 2], help="two-phase format: evaluate this phase only")
     submit.add_argument(
-        "--debug", action="store_true", help="a debug submission: the debug subset, its own daily limit, no score"
+        "--debug",
+        action="store_true",
+        help="a debug submission: the debug subset, its own daily limit, never on a leaderboard",
     )
     submit.add_argument(
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a competition key, as arbiter run"

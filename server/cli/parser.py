@@ -311,7 +311,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
     generate.add_argument(
         "--seed", type=_count, help="the generator's seed: the same seed writes the same data (default: the format's)"
     )
-    generate.add_argument("--overwrite", action="store_true", help="flatland: replace a non-empty DIR")
+    generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR whole")
     generate.add_argument(
         "--datasets", type=int, metavar="N", help="metalc: datasets, at least 6, one per fold (default: 12)"
     )

@@ -56,6 +56,7 @@ def build_board(
     ]
     folders = len(entries)
     debug_left_out = sum(1 for e in entries if e.debug)
+    other_phases = 0  # submissions to another phase than the board's
     entries = [e for e in entries if not e.debug]
     phases = sorted({e.phase for e in entries if e.phase is not None})
     if phase is None and len(phases) > 1:
@@ -64,6 +65,7 @@ def build_board(
         if entries and phase not in phases:
             held = f"the phases {', '.join(phases)}" if phases else "no phase"
             raise ConfigError(f"no results of phase {phase!r} for {spec.name}: its results hold {held}")
+        other_phases = sum(1 for e in entries if e.phase != phase)
         entries = [e for e in entries if e.phase == phase]
     names, left_out = _phase_columns(names, entries, phase)
     for entry in entries:
@@ -109,6 +111,7 @@ def build_board(
             "ranked": len(rows),
             "unranked": len(unranked),
             "debug_left_out": debug_left_out,
+            "other_phases": other_phases,
             "baselines": len(baselines),
         },
     }

@@ -168,6 +168,7 @@ def board_text(board: dict[str, Any]) -> str:
     out.append(
         f"{counts['folders']} results folders: {counts['ranked']} ranked, {counts['unranked']} not ranked, "
         f"{counts['debug_left_out']} debug left out"
+        + (f", {counts['other_phases']} of other phases" if counts.get("other_phases") else "")
     )
     return "\n".join(out)
 
@@ -176,6 +177,10 @@ def read_board(path: str) -> dict[str, Any]:
     try:
         with open(path, encoding="utf-8") as handle:
             board = json.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"--diff {path}: no such file (a board's first build has no earlier one to compare with: leave --diff out)"
+        ) from None
     except (OSError, ValueError) as exc:
         raise ConfigError(f"--diff {path}: not a leaderboard.json ({exc})") from None
     if not isinstance(board, dict) or not isinstance(board.get("rows"), list):

@@ -12,7 +12,8 @@ from arbiter.server.report.charts import fmt_count, number
 
 MISSING = "–"
 COUNT_LABELS = {"folders": "results folders read", "ranked": "ranked", "unranked": "not ranked",
-                "debug_left_out": "debug runs left out", "baselines": "baselines"}  # fmt: skip
+                "debug_left_out": "debug runs left out", "other_phases": "of other phases",
+                "baselines": "baselines"}  # fmt: skip
 
 
 def board_records(board: dict[str, Any], key: str) -> list[dict[str, Any]]:

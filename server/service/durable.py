@@ -3,7 +3,8 @@
 ``append_synced`` is how every finished item reaches ``episodes.jsonl`` (one write, then the
 disk's sync of its bytes and the file's size); ``start_append`` does it in two halves, for a
 caller with work to do while the disk writes; ``atomic_write`` replaces a whole file (temp file,
-fsync, rename); ``cut_to`` takes back a write the disk cut short.
+fsync, rename); ``cut_to`` takes back a write the disk cut short; ``replace_folder`` puts a
+folder written elsewhere in the place of another (generated test data).
 """
 
 from __future__ import annotations
@@ -12,7 +13,10 @@ import contextlib
 import ctypes
 import logging
 import os
+import shutil
+import tempfile
 import time
+from pathlib import Path
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +151,16 @@ def cut_to(path: str, size: int, handle: int | None = None) -> None:
             os.fsync(handle)
     except OSError as exc:
         log.warning("cannot cut %s back to %d bytes: %s", path, size, exc)
+
+
+def replace_folder(written: Path, out: Path) -> None:
+    """Rename ``written`` (a folder beside ``out``) to ``out``; an ``out`` already there, which the
+    caller decided may be replaced, is moved aside first and removed after, so ``out`` is never
+    half old, half new."""
+    if out.exists() and (not out.is_dir() or any(out.iterdir())):
+        trash = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
+        os.replace(out, trash / "old")
+        os.replace(written, out)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(written, out)  # POSIX rename replaces an empty directory atomically

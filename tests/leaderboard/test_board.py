@@ -142,7 +142,14 @@ def test_failed_and_unscored_are_listed_apart_and_debug_never_appears(tmp_path):
     assert unranked["runner"]["cause"] == "the evaluation has not ended yet"
     assert unranked["failed"]["state"] == "INTERRUPTED" and "handshake" in unranked["failed"]["cause"]
     assert "no eval figure" in unranked["half"]["cause"]
-    assert board["counts"] == {"folders": 5, "ranked": 1, "unranked": 3, "debug_left_out": 1, "baselines": 0}
+    assert board["counts"] == {
+        "folders": 5,
+        "ranked": 1,
+        "unranked": 3,
+        "debug_left_out": 1,
+        "other_phases": 0,
+        "baselines": 0,
+    }
     assert "debugger" not in str(board["rows"]) + str(board["unranked"])
 
 

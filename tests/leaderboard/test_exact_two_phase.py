@@ -193,7 +193,14 @@ def test_the_default_board_ranks_by_average_rank_over_three_directed_columns(cup
     assert submissions == {"ines": 1, "bruno": 2, "cleo": 1}  # ines's debug run is not hers to count
     assert_unranked(board, [subs["dora"]])
     assert_no_debug(board, [subs["ines-debug"]])
-    assert board["counts"] == {"folders": 6, "ranked": 3, "unranked": 1, "debug_left_out": 1, "baselines": 0}
+    assert board["counts"] == {
+        "folders": 6,
+        "ranked": 3,
+        "unranked": 1,
+        "debug_left_out": 1,
+        "other_phases": 0,
+        "baselines": 0,
+    }
 
 
 @pytest.mark.parametrize("policy", ["best", "latest"])

@@ -72,6 +72,10 @@ def test_bad_input_gets_one_line_and_exit_status_2(tmp_path, capsys):
         (["--results-root", str(tmp_path), "--competition", "no-such-cup"], "unknown competition 'no-such-cup'"),
         (["--results-root", str(tmp_path / "missing"), "--competition", str(cup)], "it does not exist"),
         (["--results-root", str(tmp_path), "--competition", str(cup), "--diff", str(cup)], "not a leaderboard.json"),
+        (
+            ["--results-root", str(tmp_path), "--competition", str(cup), "--diff", str(tmp_path / "none.json")],
+            "no such file (a board's first build has no earlier one to compare with: leave --diff out)",
+        ),
     ]
     for args, message in cases:
         assert main(["leaderboard", *args]) == 2
@@ -139,8 +143,11 @@ def test_a_phase_board_ranks_by_the_columns_that_phase_computes(tmp_path, capsys
     assert [(r["rank"], r["participant"]) for r in board["rows"]] == [(1, "bob"), (2, "alice")]
     assert [c["name"] for c in board["columns"]] == ["phase1"] and board["columns_left_out"] == ["convergence"]
     assert board["unranked"] == []
+    assert board["counts"]["other_phases"] == 1
     assert main([*argv, "--phase", "1"]) == 0
-    assert "columns with no figure in phase 1, left out: convergence" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "columns with no figure in phase 1, left out: convergence" in printed
+    assert "3 results folders: 2 ranked, 0 not ranked, 0 debug left out, 1 of other phases" in printed
     # Phase 2 computes both: both are its columns.
     assert main([*argv, "--phase", "2", "--json"]) == 0
     assert [c["name"] for c in json.loads(capsys.readouterr().out)["columns"]] == ["phase1", "convergence"]

@@ -31,6 +31,7 @@ import numpy as np
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.words import plural
+from arbiter.server.service.durable import replace_folder
 
 logger = logging.getLogger(__name__)
 
@@ -236,24 +237,13 @@ def generate_test_set(
             writer.writeheader()
             writer.writerows(rows)
         tmp.chmod(0o755)  # mkdtemp makes it 0700; the evaluator may run as another user
-        _move_into_place(tmp, out)
+        replace_folder(tmp, out)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     source = f"preset {preset!r}" if levels is None else "the levels given"
     logger.info("generated %d envs of %s (seed %d) in %s", len(rel_paths), source, seed, out)
     return rel_paths
-
-
-def _move_into_place(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``; an existing (already checked replaceable) ``out`` is moved aside first."""
-    if out.exists() and (not out.is_dir() or any(out.iterdir())):
-        trash = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old-"))
-        os.replace(out, trash / "old")
-        os.replace(tmp, out)
-        shutil.rmtree(trash, ignore_errors=True)
-    else:
-        os.replace(tmp, out)  # POSIX rename replaces an empty directory atomically
 
 
 def cached_test_set(

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
+import shutil
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.words import plural
 from arbiter.server.formats.metalc.data import TIME_BUDGETS
+from arbiter.server.service.durable import replace_folder
 
 TASKS = (
     ("binary.classification", "Binary", "auc_metric"),
@@ -136,24 +139,35 @@ def _dataset_info(rng: random.Random, name: str, budget: int, task: str, target_
     return "".join(f"{key} = {value}\n" for key, value in fields)
 
 
-def write_meta_dataset(out_dir: str, settings: GeneratorSettings) -> int:
-    """Write the meta-dataset under ``out_dir`` (created; must not hold one already). Returns the
+def write_meta_dataset(out_dir: str, settings: GeneratorSettings, *, overwrite: bool = False) -> int:
+    """Write the meta-dataset as the folder ``out_dir``, whole: written beside it, then renamed
+    into place. A folder already there that holds anything is refused unless ``overwrite``, then
+    replaced (never written into: a meta-dataset mixed with other files is not one). Returns the
     number of files written."""
-    if os.path.exists(os.path.join(out_dir, "test")):
-        raise ConfigError(f"{out_dir} already holds a meta-dataset")
-    written = 0
-    for relative, content in synthetic_files(settings).items():
-        path = os.path.join(out_dir, relative)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if not content:
-            continue
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(content)
-        written += 1
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        # Said in the command's words: the function's own keyword is overwrite=True.
+        raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written_dir = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        written = 0
+        for relative, content in synthetic_files(settings).items():
+            path = written_dir / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            if not content:
+                continue
+            path.write_text(content, encoding="utf-8")
+            written += 1
+        written_dir.chmod(0o755)  # mkdtemp makes it 0700; the evaluator may run as another user
+        replace_folder(written_dir, out)
+    except BaseException:
+        shutil.rmtree(written_dir, ignore_errors=True)
+        raise
     return written
 
 
-GENERATE_OPTIONS = ("datasets", "algorithms", "seed", "missing_fraction", "duplicate_fraction")
+GENERATE_OPTIONS = ("datasets", "algorithms", "seed", "missing_fraction", "duplicate_fraction", "overwrite")
 
 
 def write_generated(out_dir: str, options: dict[str, Any]) -> str:
@@ -165,11 +179,12 @@ def write_generated(out_dir: str, options: dict[str, Any]) -> str:
     if foreign:
         flags = ", ".join("--" + name.replace("_", "-") for name in foreign)
         raise ConfigError(
-            f"the metalc generator takes --datasets, --algorithms, --seed, --missing-fraction and "
-            f"--duplicate-fraction, not {flags}"
+            f"the metalc generator takes --datasets, --algorithms, --seed, --missing-fraction, "
+            f"--duplicate-fraction and --overwrite, not {flags}"
         )
-    settings = GeneratorSettings(**{name: options[name] for name in GENERATE_OPTIONS if options.get(name) is not None})
-    written = write_meta_dataset(out_dir, settings)
+    chosen = {name: options[name] for name in GENERATE_OPTIONS if name != "overwrite" and options.get(name) is not None}
+    settings = GeneratorSettings(**chosen)
+    written = write_meta_dataset(out_dir, settings, overwrite=bool(options.get("overwrite")))
     counts = [plural(settings.datasets, "dataset"), plural(settings.algorithms, "algorithm"), plural(written, "file")]
     return f"wrote a synthetic MetaLC meta-dataset ({', '.join(counts)}) to {out_dir}"
 

@@ -65,8 +65,24 @@ def test_impossible_settings_are_refused(tmp_path):
     with pytest.raises(ConfigError, match="missing_fraction"):
         GeneratorSettings(missing_fraction=1.5)
     main(["--out", str(tmp_path / "m"), "--datasets", "6", "--algorithms", "2"])
-    with pytest.raises(ConfigError, match="already holds"):
+    with pytest.raises(FileExistsError, match="exists and is not empty; give --overwrite to replace it"):
         write_meta_dataset(str(tmp_path / "m"), GeneratorSettings())
+
+
+def test_a_folder_holding_anything_is_refused_or_replaced_whole_never_written_into(tmp_path):
+    """`arbiter generate --format metalc --out DIR` into a folder with other files: refused as it
+    is; with --overwrite the folder becomes the meta-dataset alone."""
+    from arbiter.server.cli.main import main as arbiter
+
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    argv = ["generate", "--format", "metalc", "--out", str(out), "--datasets", "6", "--algorithms", "2"]
+    assert arbiter(argv) == 2
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+    assert arbiter([*argv, "--overwrite"]) == 0
+    assert not (out / "notes.txt").exists() and (out / "test").is_dir()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # nothing left beside it
 
 
 def test_a_larger_generated_set_plays_through_both_phases(tmp_path):
