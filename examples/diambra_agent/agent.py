@@ -16,7 +16,9 @@ sends DIAMBRA's own observation (frame and RAM states) with every step. Without 
     python examples/diambra_agent/agent.py --game doapp --difficulty hard --episodes 2
 
 plays the evaluation in this process on diambra-arena's engine mock (or on the DIAMBRA engine
-named by ``DIAMBRA_ENVS``, as ``diambra run`` sets it) and prints the score arbiter computes.
+named by ``DIAMBRA_ENVS``, as ``diambra run`` sets it) and prints the score arbiter computes: with
+the same ``--seed`` as the competition (the preset's 1001 by default) and ``--action-seed``, the
+score ``arbiter run`` gives.
 The in-process mode needs ``pip install -e ".[diambra]"``; the remote mode needs only arbiter.
 """
 
@@ -74,12 +76,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--game", default="doapp")
     parser.add_argument("--difficulty", default="easy", choices=["easy", "medium", "hard"])
     parser.add_argument("--episodes", type=int, default=1)
-    parser.add_argument("--seed", type=int, default=42)
+    # Two seeds: the evaluation's (the game's resets; the evaluator's own when it plays remotely,
+    # the diambra preset's by default) and the random buttons'.
+    parser.add_argument("--seed", type=int, default=1001, help="the evaluation's seed, in this process")
+    parser.add_argument("--action-seed", type=int, default=42, help="the random buttons' seed")
     args = parser.parse_args(argv)
 
     if os.environ.get("ARBITER_REDIS_URL"):
         env = make_remote_env()
-        env.action_space.seed(args.seed)
+        env.action_space.seed(args.action_seed)
         play(env)
         scores = env.submit()  # the evaluator's figures (the evaluation also ends when the agent exits)
         env.close()
@@ -89,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         return summary
 
     env = make_evaluation_env(args.game, args.difficulty, args.episodes, args.seed)
-    env.action_space.seed(args.seed)
+    env.action_space.seed(args.action_seed)
     play(env)
     result = env.result()
     env.close()
