@@ -138,6 +138,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         resume=args.resume,
         redis_outage_s=args.redis_outage_timeout,
         poll_window_us=poll_window_us,
+        redis_private=args.private_redis,
     )
     name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
     summary = run_to_end(service, progress, results_dir)

@@ -373,6 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
     )
+    serve.add_argument(
+        "--private-redis",
+        action="store_true",
+        help="the Redis serves this evaluation alone (a hosted evaluation's own): one that stays full was "
+        "filled by the agent, and the evaluation fails for it instead of stopping as INTERRUPTED",
+    )
 
     _generate_parser(commands)
     _watch_and_replay_parsers(commands)

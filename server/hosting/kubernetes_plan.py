@@ -42,7 +42,8 @@ def evaluator_args(
         args.append("--debug")
     if tests is not None:
         args += ["--tests", tests]
-    args += ["--results", results, "--service-id", submission.id]
+    # The pod's Redis is the evaluation's own (a sidecar): full, it was filled by the agent.
+    args += ["--results", results, "--service-id", submission.id, "--private-redis"]
     return tuple(args + (["--resume"] if resume else []))
 
 

@@ -36,6 +36,7 @@ def build_service(
     resume: bool = False,
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
     poll_window_us: float = EVALUATOR_WINDOW_US,
+    redis_private: bool = False,
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
@@ -90,7 +91,7 @@ def build_service(
         # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
         # sends it again): counted before the started event, so a request sent once the event is
         # out is handled, never taken for a leftover and left for the client's resend.
-        service = EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle)
+        service = EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle, redis_private=redis_private)
     except BaseException:
         events.close()
         raise
@@ -111,10 +112,11 @@ def start_service(
     on_stop_signal: Callable[[int], None] | None = None,
     redis_label: str | None = None,
     poll_window_us: float = EVALUATOR_WINDOW_US,
+    redis_private: bool = False,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled (each one also given to
     ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
-    if given, else by its URL with any password hidden)."""
+    if given, else by its URL with any password hidden). ``redis_private``: see EvaluatorService."""
     service = build_service(
         spec,
         tests=tests,
@@ -125,6 +127,7 @@ def start_service(
         resume=resume,
         redis_outage_s=redis_outage_s,
         poll_window_us=poll_window_us,
+        redis_private=redis_private,
     )
     service.install_signal_handlers(also=on_stop_signal)
     # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the

@@ -31,6 +31,7 @@ from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, 
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
 from arbiter.server.service.frame_sharing import FrameSharing
+from arbiter.server.service.redis_calls import RedisFull
 from arbiter.server.service.requests import Request, RequestReader
 from arbiter.server.service.throttled_log import ThrottledLog
 from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
@@ -59,8 +60,13 @@ class EvaluatorService:
         transport: RedisTransport,
         flood_queue_limit: int = FLOOD_QUEUE_LIMIT,
         accept_pickle: bool = True,
+        redis_private: bool = False,
     ):
+        """``redis_private``: the Redis serves this evaluation alone (a hosted evaluation's own), so
+        when it stays full the agent filled it: the evaluation fails for it, rather than stopping
+        as INTERRUPTED for a resume (a second try)."""
         self.evaluation = evaluation
+        self.redis_private = redis_private
         self.transport = transport
         self.flood_queue_limit = flood_queue_limit
         self._handled_since_check = 0
@@ -150,7 +156,11 @@ class EvaluatorService:
                 break
             except RedisUnavailable as exc:
                 self._account_downtime()
-                evaluation.endings.interrupt(str(exc))
+                if isinstance(exc, RedisFull) and self.redis_private:
+                    cause = f"the agent filled its evaluation's Redis, which serves this evaluation alone ({exc})"
+                    evaluation.endings.fail_for_misbehaviour(cause, time.monotonic())
+                else:
+                    evaluation.endings.interrupt(str(exc))
                 break
             except Exception as exc:
                 if evaluation.store.unwritable is not None:  # not a bug: the results folder is full or read-only

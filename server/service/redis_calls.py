@@ -46,6 +46,10 @@ def is_out_of_memory(exc: redis.ResponseError) -> bool:
     return isinstance(exc, redis.exceptions.OutOfMemoryError) or str(exc).startswith("OOM")
 
 
+class RedisFull(RedisUnavailable):
+    """Redis refused writes for want of memory (its ``maxmemory``) longer than the outage limit."""
+
+
 class StopRequested(BaseException):
     """A stop ended a wait for Redis: the evaluation ends as INTERRUPTED, at once.
 
@@ -150,7 +154,7 @@ class OutageRidingCalls:
         self._refusals_last = now
         if now - self._refusals_since > self.outage_limit_s:
             self._refusals_since = None
-            raise RedisUnavailable(
+            raise RedisFull(
                 f"Redis at {redacted(self.redis_url)} refused writes for more than {self.outage_limit_s:g} s: {exc}"
             ) from exc
         started = time.monotonic()

@@ -258,6 +258,7 @@ def test_the_evaluator_evaluates_the_spec_the_worker_resolved(competition_file: 
     args = [competition_file if arg == f"{COMPETITION_MOUNT}/round-2.toml" else arg for arg in args]
     parsed = build_parser().parse_args(["serve", *args])
     assert parsed.resume is True and parsed.service_id == submission.id
+    assert parsed.private_redis is True  # the pod's Redis is this evaluation's alone
     assert parsed.results == f"/results/{submission.competition_name}/{submission.id}"
     assert resolve_spec(parsed).as_dict() == submission_spec(submission).as_dict()
 
