@@ -60,9 +60,7 @@ class PortTaken(EmbeddedRedisError):
     """Another process bound the port between the check that it was free and redis-server's bind."""
 
 
-# Ports tried, one after the other, by a server whose port is its own to pick: another process
-# may bind a port found free before redis-server does (runs started at the same moment).
-PORT_ATTEMPTS = 5
+PORT_ATTEMPTS = 5  # ports tried by a server picking its own: another may bind one found free first
 
 
 def redis_server_binary() -> str:

@@ -373,12 +373,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
     )
-    serve.add_argument(
-        "--private-redis",
-        action="store_true",
-        help="the Redis serves this evaluation alone (a hosted evaluation's own): one that stays full was "
-        "filled by the agent, and the evaluation fails for it instead of stopping as INTERRUPTED",
-    )
+    private = "the Redis serves this evaluation alone: full, it was filled by the agent, and the evaluation fails"
+    serve.add_argument("--private-redis", action="store_true", help=private + " (not INTERRUPTED)")
 
     _generate_parser(commands)
     _watch_and_replay_parsers(commands)

@@ -233,17 +233,14 @@ def run_local(
     embedded: EmbeddedRedis | None = None
     announcement: str | None = None
     created = _first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
-    if agent is None:
-        problem = agent_command_problem(agent_command)
-        if problem:
-            if created is not None:
-                shutil.rmtree(created, ignore_errors=True)
-            raise ConfigError(f"cannot start the agent: {problem}")
     tcp_clients = get_format(spec.format).tcp_clients  # flatland-rl's own client knows only TCP
     legacy_host = None
     redis_label = None  # how the start line names the Redis: by default, the URL
     agent_started = False
     try:
+        problem = agent_command_problem(agent_command) if agent is None else None
+        if problem:
+            raise ConfigError(f"cannot start the agent: {problem}")
         if redis_url is None:
             # Linux: the kernel ends it with this process, even one killed with SIGKILL (no orphan
             # holding the port the next run wants).
