@@ -41,16 +41,23 @@ def junk_stream(redis_url: str, service_id: str) -> Iterator[None]:
         conn.close()
 
 
+@contextlib.contextmanager
+def playing(competition, tests: str, results: str, redis_url: str, service_id: str) -> Iterator[tuple]:
+    """An evaluation served in this process, its first episode begun by a client."""
+    with running_service(competition, tests=tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        yield client, outcome
+
+
 def test_a_step_budget_runs_out_while_junk_requests_keep_coming(
     redis_url, redis_conn, service_id, tiny_tests, tmp_path
 ):
-    results = str(tmp_path / "r")
-    with running_service(
-        spec(step_s=0.3, planning_s=5, max_successive_timeouts=1),
-        tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id,
-    ) as (_, outcome):  # fmt: skip
-        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
-        client.env_create()
+    competition = spec(step_s=0.3, planning_s=5, max_successive_timeouts=1)
+    with playing(competition, tiny_tests, str(tmp_path / "r"), redis_url, service_id) as (client, outcome):
         client.env_step(seeded_actions(0, 0, client.env.get_num_agents()))
         with junk_stream(redis_url, service_id):
             wait_for(lambda: redis_conn.llen(keys.errors_key(service_id)) > 0, timeout_s=5, what="the step timeout")
@@ -67,13 +74,8 @@ def test_a_step_budget_runs_out_while_junk_requests_keep_coming(
 def test_the_overall_budget_ends_an_evaluation_that_junk_requests_keep_busy(
     redis_url, service_id, tiny_tests, tmp_path
 ):
-    results = str(tmp_path / "r")
-    with running_service(
-        spec(overall_s=0.5, planning_s=5, step_s=5),
-        tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id,
-    ) as (_, outcome):  # fmt: skip
-        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
-        client.env_create()
+    competition = spec(overall_s=0.5, planning_s=5, step_s=5)
+    with playing(competition, tiny_tests, str(tmp_path / "r"), redis_url, service_id) as (_, outcome):
         with junk_stream(redis_url, service_id):
             summary = finish(outcome)
     assert summary["state"] == "FAILED" and "overall budget" in summary["termination_cause"]
