@@ -31,6 +31,10 @@ QUOTA_LOCK_PREFIX = "arbiter:hosting:quota-lock"
 CANCELLED_BY_ORGANISER = "cancelled by the organiser"
 
 
+# Tables a submission's --set may not change: they bound the submission itself.
+ORGANISER_TABLES = ("hosting", "leaderboard")
+
+
 def submission_spec(submission: Submission) -> CompetitionSpec:
     """The competition as the submission asked for it: its --set overrides, phase and debug."""
     spec = load_competition(submission.competition, list(submission.sets), phase=submission.phase)
@@ -61,6 +65,13 @@ def submit(
         workdir = os.path.abspath(workdir)
     if image is not None and (not image or image.startswith("-") or any(character.isspace() for character in image)):
         raise ConfigError(f"--image {image!r} is not an image name (such as registry.example.org/team/agent:v3)")
+    for assignment in sets or []:
+        table = assignment.partition("=")[0].strip().split(".", 1)[0]
+        if table in ORGANISER_TABLES:
+            raise ConfigError(
+                f"--set {assignment.partition('=')[0].strip()}: a competition's [{table}] table (quotas, the agent's "
+                "resources, how it ranks) comes from its competition file alone, never from a submission"
+            )
     if os.path.isfile(competition):
         competition = os.path.abspath(competition)  # workers read the same file
     submission = Submission(

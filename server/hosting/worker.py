@@ -205,22 +205,37 @@ def run_worker(
         name=f"arbiter-{socket.gethostname()}-{os.getpid()}",
     )
     configure(WorkerSettings(redis_url, os.path.abspath(results_root), chosen, worker_name=worker.name))
-    worked = worker.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level))
+    try:
+        worked = worker.work(burst=burst, logging_level=logging.getLevelName(logging.getLogger().level))
+    except Exception as exc:  # the farm's Redis gone while busy (killed, restarted), or a fault of RQ's
+        _stop_watched_attempt(worker)
+        raise WorkerQuit(
+            f"worker {worker.name} stopped on an error ({type(exc).__name__}: {exc}); start it again, or let its "
+            "supervisor restart it"
+        ) from exc
     told_to_stop = worker._stop_requested or worker._shutdown_requested_date is not None  # a signal, a command
     if not burst and not told_to_stop:
         # RQ's loop ends by itself when the farm's Redis does not answer a busy worker in time, or
         # on an error of its own: a worker is meant to run until it is told to stop, so this is a
-        # failure its supervisor should see (and restart it on), never a clean exit. An attempt it
-        # was watching goes with it, as with a cold shutdown: left alone it would run on unwatched,
-        # and the submission is queued again once its heartbeat lapses.
-        if worker.horse_pid:
-            worker.kill_horse()
-            worker.wait_for_horse()
+        # failure its supervisor should see (and restart it on), never a clean exit.
+        _stop_watched_attempt(worker)
         raise WorkerQuit(
             f"worker {worker.name} stopped on its own (its log above says why: the farm's Redis did not answer "
             "in time, or an error); start it again, or let its supervisor restart it"
         )
     return worked
+
+
+def _stop_watched_attempt(worker: ArbiterWorker) -> None:
+    """The attempt a quitting worker was watching goes with it, as with a cold shutdown: left
+    alone it would run on unwatched, and the submission is queued again once its heartbeat lapses."""
+    if not worker.horse_pid:
+        return
+    try:
+        worker.kill_horse()  # the horse is killed before RQ writes the job's end to the farm's Redis
+    except redis.RedisError as exc:
+        log.warning("the farm's Redis did not take the attempt's end (%s); it is queued again later", exc)
+    worker.wait_for_horse()
 
 
 class WorkerQuit(ArbiterError):

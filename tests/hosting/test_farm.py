@@ -40,6 +40,10 @@ def test_a_submission_is_recorded_and_queued(redis_conn: redis.Redis, tiny_tests
         ({"participant": " "}, "--participant is empty"),
         ({"agent": []}, "no agent command"),
         ({"sets": ["budgets.nope=1"]}, "unknown budget keys"),
+        # what bounds the submission itself is the competition file's alone
+        ({"sets": ["hosting.daily_submissions=100"]}, r"--set hosting.daily_submissions: a competition's \[hosting\]"),
+        ({"sets": ["hosting.memory=64g"]}, "never from a submission"),
+        ({"sets": [" leaderboard.ranking = borda"]}, r"--set leaderboard.ranking: a competition's \[leaderboard\]"),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(redis_conn, tiny_tests, tmp_path, given, message) -> None:

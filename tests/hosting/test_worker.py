@@ -175,3 +175,27 @@ def test_a_busy_worker_whose_redis_hangs_exits_as_a_failure_not_as_done(tiny_tes
             wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the attempt stopped")
         finally:
             workers.stop_all()
+
+
+def test_a_busy_worker_whose_redis_dies_takes_the_attempt_it_watched_along(tiny_tests, tmp_path) -> None:
+    """The farm's Redis killed while a worker evaluates: RQ's loop raises instead of quitting. The
+    worker exits with status 2 all the same, and its attempt does not run on unwatched."""
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+
+    farm_redis = EmbeddedRedis(port=free_port()).start()  # its own: this test kills it
+    workers = Workers(farm_redis.url, str(tmp_path / "results"))
+    try:
+        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
+        competition = competition_file(tmp_path, tiny_tests)
+        submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.2))
+        worker = workers.start()
+        wait_state(SubmissionStore(conn), submission.id, RUNNING, timeout_s=30)
+        evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid),
+                              what="the work-horse and the agent")  # fmt: skip
+        os.kill(farm_redis.pid, signal.SIGKILL)
+        assert worker.wait(timeout=60) == 2, workers.log_of(worker)
+        assert "stopped on an error" in workers.log_of(worker)
+        wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the attempt stopped")
+    finally:
+        workers.stop_all()
+        farm_redis.stop()
