@@ -40,7 +40,11 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
         help="a debug submission: the debug subset, its own daily limit, never on a leaderboard",
     )
     submit.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a competition key, as arbiter run (not [hosting] or [leaderboard]: the file's alone)"
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a competition key, as arbiter run (not [hosting] or [leaderboard]: the file's alone)",
     )
     submit.add_argument("--workdir", metavar="DIR", help="the agent's working folder (default: the worker's)")
     submit.add_argument(
