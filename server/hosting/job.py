@@ -32,6 +32,7 @@ from arbiter.server.hosting.backends import Backend
 from arbiter.server.hosting.farm import submission_spec
 from arbiter.server.hosting.submissions import (
     AGENT_FAULT,
+    CANCELLED,
     ENDED,
     FAILED,
     FINISHED,
@@ -179,7 +180,8 @@ def _evaluate_locked(store: SubmissionStore, submission_id: str, settings: Worke
         return _retry_or_fail(store, started, f"the evaluation stopped: {type(exc).__name__}: {exc}")
     if keeper.lost:  # whoever holds the submission now records its ending
         return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
-    _mark_summary(results_dir, started)
+    now = store.get(submission_id)
+    _mark_summary(results_dir, started, cancelled=now.cause if now.state == CANCELLED else None)
     _write_report(results_dir)
     if evaluated.agent_fault is not None:  # stopped for what the agent did: never tried again
         return _fail(store, started, evaluated.agent_fault, AGENT_FAULT)
@@ -236,9 +238,11 @@ def _retry_or_fail(store: SubmissionStore, submission: Submission, cause: str) -
     return _fail(store, submission, f"{cause} (after {submission.attempts} attempts)", INFRASTRUCTURE_FAULT)
 
 
-def _mark_summary(results_dir: str, submission: Submission) -> None:
+def _mark_summary(results_dir: str, submission: Submission, cancelled: str | None = None) -> None:
     """Put the submission's whole identity in its summary.json (written through a renamed
-    temporary file): the evaluation wrote who and when; the farm adds its own fields."""
+    temporary file): the evaluation wrote who and when; the farm adds its own fields.
+    ``cancelled``: the cause of a cancel that came while the attempt ran, even once the evaluation
+    had ended: the folder then says so too, and no leaderboard ranks it."""
     path = os.path.join(results_dir, "summary.json")
     try:
         with open(path, encoding="utf-8") as handle:
@@ -253,6 +257,7 @@ def _mark_summary(results_dir: str, submission: Submission) -> None:
         "phase": submission.phase,
         "debug": submission.debug,
         "attempts": submission.attempts,
+        **({"cancelled": cancelled} if cancelled else {}),
     }
     temporary = f"{path}.tmp.{uuid.uuid4().hex[:8]}"
     with open(temporary, "w", encoding="utf-8") as handle:

@@ -115,6 +115,9 @@ def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str,
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
         return entry
+    if identity.get("cancelled"):  # cancelled on the farm, even after its evaluation ended
+        entry.problem = f"the submission was cancelled: {identity['cancelled']}"
+        return entry
     if entry.state == RUNNING_STATE:  # a summary written before the end (a checkpoint)
         entry.problem = "the evaluation has not ended yet"
         return entry

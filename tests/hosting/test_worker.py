@@ -17,7 +17,7 @@ from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_a
 from processes import alive, descendants
 from rq.job import Job
 
-from arbiter.server.hosting.farm import submit
+from arbiter.server.hosting.farm import CANCELLED_BY_ORGANISER, submit
 from arbiter.server.hosting.private_redis import FOLDER_PREFIX
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission
 from arbiter.server.hosting.submissions import (
@@ -72,6 +72,34 @@ def test_a_running_submission_is_cancelled_within_seconds(
     summary = read_summary(running.results)
     assert summary["state"] == "INTERRUPTED"
     assert Job.fetch(submission.id, connection=redis_conn, serializer=SERIALIZER).get_status() == "finished"
+
+
+def test_a_submission_cancelled_after_its_evaluation_ended_is_never_ranked(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    """The agent lingers after submitting: the evaluation has ended SUCCESS when the organiser
+    cancels. The farm says cancelled, and so does the results folder, which no board ranks."""
+    from arbiter.server.core.competition import load_competition
+    from arbiter.server.leaderboard.board import build_board
+
+    competition = competition_file(tmp_path, tiny_tests)
+    lingering = ["sh", "-c", seeded_agent()[2].removeprefix("exec ") + "; sleep 60"]
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=lingering)
+    workers.start()
+    store = SubmissionStore(redis_conn)
+    running = wait_state(store, submission.id, RUNNING, timeout_s=30)
+    summary_file = os.path.join(running.results, "summary.json")
+    ended = lambda: os.path.exists(summary_file) and read_summary(running.results)["state"] == "SUCCESS"  # noqa: E731
+    wait_for(ended, timeout_s=30, what="the evaluation's end")
+    done = arbiter("cancel", "--redis-url", redis_url, submission.id)
+    assert done.returncode == 0, done.stderr
+    wait_for(lambda: Job.fetch(submission.id, connection=redis_conn, serializer=SERIALIZER).get_status() == "finished",
+             timeout_s=30, what="the attempt's end")  # fmt: skip
+    assert store.get(submission.id).state == CANCELLED
+    summary = read_summary(running.results)
+    assert summary["state"] == "SUCCESS" and summary["submission"]["cancelled"] == CANCELLED_BY_ORGANISER
+    board = build_board(load_competition(competition), str(tmp_path / "results"))
+    assert board["rows"] == [] and "the submission was cancelled" in board["unranked"][0]["cause"]
 
 
 def test_a_worker_lost_on_the_last_attempt_fails_the_submission(
