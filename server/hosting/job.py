@@ -89,10 +89,14 @@ def evaluate_submission(submission_id: str) -> str:
     delivered = store.change(submission_id, (QUEUED, RUNNING), deliveries=lambda n: n + 1)
     if delivered is None:
         return f"submission {submission_id} already {store.get(submission_id).state}; left as it is"
-    lock = conn.lock(lock_key(submission_id), timeout=LOCK_TTL_S, thread_local=False)
+    # The lock on a connection of its own, whose calls give up on a Redis that does not answer
+    # within a renewal's interval: the keeper must see an outage in time to act on it.
+    lock_conn = redis.Redis.from_url(_settings.redis_url, socket_timeout=LOCK_RENEW_S)
+    lock = lock_conn.lock(lock_key(submission_id), timeout=LOCK_TTL_S, thread_local=False)
     if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
+        lock_conn.close()
         return f"submission {submission_id} is being evaluated by another worker; this delivery evaluates nothing"
-    keeper = LockKeeper(lock, store, submission_id)
+    keeper = LockKeeper(lock, SubmissionStore(lock_conn), submission_id)
     # The keeper's SIGTERM may come before the evaluation can obey it: it is held till then.
     with held_stops.held():
         keeper.start()
@@ -104,6 +108,9 @@ def evaluate_submission(submission_id: str) -> str:
                 lock.release()
             except redis.exceptions.LockError:
                 pass  # it expired (the process was stopped long enough): nothing held any more
+            except redis.exceptions.RedisError:
+                pass  # the farm's Redis out of reach: the lock lapses by itself
+            lock_conn.close()
             conn.close()
 
 
@@ -121,16 +128,26 @@ class LockKeeper(threading.Thread):
         self.lost = False
 
     def run(self) -> None:
+        renewed_at = time.monotonic()
         while not self.done.wait(LOCK_RENEW_S):
             try:
                 self.lock.reacquire()
+                renewed_at = time.monotonic()
                 found = self.store.find(self.submission_id)
             except redis.exceptions.LockNotOwnedError:
                 self.lost = True
                 self._stop_evaluation()
                 return
             except redis.exceptions.RedisError:
-                continue  # an outage: the evaluator rides it out or stops
+                # The farm's Redis out of reach: the attempt goes on while its lock holds, and stops
+                # before the lock can lapse, when another worker could take the submission over
+                # (two attempts of one submission never run at once). It is then queued again.
+                if time.monotonic() - renewed_at >= LOCK_TTL_S - LOCK_RENEW_S:
+                    log.warning("the farm's Redis has not renewed this attempt's lock in time: the attempt stops")
+                    self.lost = True
+                    self._stop_evaluation()
+                    return
+                continue
             if found is not None and found.state == "cancelled":
                 self._stop_evaluation()
 

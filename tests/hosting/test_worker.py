@@ -227,3 +227,45 @@ def test_a_busy_worker_whose_redis_dies_takes_the_attempt_it_watched_along(tiny_
     finally:
         workers.stop_all()
         farm_redis.stop()
+
+
+def agents_of(pid: int) -> list[int]:
+    """The seeded agents among ``pid``'s descendants."""
+    found = []
+    for child in descendants(pid):
+        try:
+            with open(f"/proc/{child}/cmdline", "rb") as handle:
+                if b"seeded_agent_main.py" in handle.read():
+                    found.append(child)
+        except OSError:
+            pass
+    return found
+
+
+def test_an_attempt_cut_off_from_the_farm_stops_before_its_lock_can_lapse(tiny_tests, tmp_path) -> None:
+    """The farm's Redis stops answering while a worker evaluates: the attempt stops itself before
+    its lock lapses, so no other worker's attempt can overlap it, and once the farm is back the
+    submission is evaluated to its end, resumed."""
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+    from arbiter.server.hosting.job import LOCK_TTL_S
+
+    with EmbeddedRedis(port=free_port()) as farm_redis:  # its own: this test hangs it
+        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
+        workers = Workers(farm_redis.url, str(tmp_path / "results"))
+        try:
+            competition = competition_file(tmp_path, tiny_tests)
+            submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.1))
+            worker = workers.start()
+            store = SubmissionStore(conn)
+            wait_state(store, submission.id, RUNNING, timeout_s=30)
+            agent = wait_for(lambda: next(iter(agents_of(worker.pid)), None), what="the agent")
+            os.kill(farm_redis.pid, signal.SIGSTOP)
+            try:
+                wait_for(lambda: not alive(agent), timeout_s=LOCK_TTL_S + 3, what="the attempt stopping itself")
+            finally:
+                os.kill(farm_redis.pid, signal.SIGCONT)
+            done = wait_state(store, submission.id, FINISHED, timeout_s=90)
+            assert done.attempts == 2
+            assert read_summary(done.results)["state"] == "SUCCESS"
+        finally:
+            workers.stop_all()
