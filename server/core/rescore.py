@@ -21,7 +21,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.formats import get_format
-from arbiter.server.service.results import read_records
+from arbiter.server.service.records_file import read_records
 
 SUMMARY_FILE = "summary.json"
 EPISODES_FILE = "episodes.jsonl"

@@ -19,7 +19,7 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.rescore import EPISODES_FILE, SUMMARY_FILE, read_summary, summary_rule
 from arbiter.server.formats import get_format
-from arbiter.server.service.results import read_records
+from arbiter.server.service.records_file import read_records
 
 SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
 RUNNING_STATE = "RUNNING"

@@ -26,7 +26,7 @@ from arbiter.server.report.charts import (
     section,
 )
 from arbiter.server.report.style import STYLESHEET
-from arbiter.server.service.results import read_items
+from arbiter.server.service.records_file import read_items
 
 REPORT_NAME = "report.html"
 BUDGET_ROWS = [

@@ -34,21 +34,17 @@ import shutil
 import time
 from array import array
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.protocol.errors import EvaluationError
+from arbiter.protocol.errors import ConfigError, EvaluationError
 from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
+from arbiter.server.service.records_file import StoredItem, item_lines, read_items, read_records, torn_tail_problem
 
 log = logging.getLogger(__name__)
 
 REPLAYS_DIR = "replays"
 EPISODES_FILE = "episodes.jsonl"
 REPLAYED_FILE = "replayed.jsonl"
-# On every record written: true on its item's last record. Records written before arbiter marked
-# items carry no such field and stand for themselves.
-ITEM_END = "last_of_item"  # the core's own mark of an item's last record (core/summary.py)
-LEGACY_ITEM_END = "item_end"  # the same mark in folders written before records carried it
 
 
 class ResultsUnwritable(EvaluationError):
@@ -66,81 +62,6 @@ class ResultsUnwritable(EvaluationError):
 def replay_file(directory: str, index: int) -> str:
     """Where the actions of recorded episode ``index`` are kept in a results folder."""
     return os.path.join(directory, REPLAYS_DIR, f"episode-{index}.json")
-
-
-# -- reading: whole items only ------------------------------------------------------------------
-
-
-@dataclass
-class StoredItem:
-    records: list[dict[str, Any]]  # as the evaluation made them
-    data: bytes  # its lines, as written
-
-    @property
-    def index(self) -> Any:
-        return self.records[0].get("index")
-
-
-@dataclass
-class ItemsFile:
-    items: list[StoredItem] = field(default_factory=list)
-    whole_bytes: int = 0  # the file's bytes that hold whole items; the rest is a torn tail
-    size: int = 0
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return [record for item in self.items for record in item.records]
-
-
-def read_items(path: str) -> ItemsFile:
-    """The whole items of a records file (``episodes.jsonl``, ``replayed.jsonl``), in order.
-
-    Reading stops at the first line that is cut or not a JSON object, and at a record that
-    cannot belong to the item being read (another index, or an unmarked record inside an
-    item): what follows the last whole item is a torn tail, however many complete lines it
-    holds. A missing file has no items."""
-    try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except FileNotFoundError:
-        return ItemsFile()
-    found = ItemsFile(size=len(data))
-    pending: list[dict[str, Any]] = []
-    item_start = start = 0
-    while (end := data.find(b"\n", start)) >= 0:
-        try:
-            record = json.loads(data[start:end])
-        except ValueError:
-            break
-        if not isinstance(record, dict):
-            break
-        end_mark = record.get(ITEM_END, record.pop(LEGACY_ITEM_END, None))
-        if pending and (end_mark is None or record.get("index") != pending[0].get("index")):
-            break
-        pending.append(record)
-        start = end + 1
-        if end_mark is None or end_mark is True:
-            found.items.append(StoredItem(pending, data[item_start:start]))
-            pending, item_start = [], start
-    found.whole_bytes = item_start
-    return found
-
-
-def read_records(path: str) -> list[dict[str, Any]]:
-    """The records of every whole item of ``path``: what resume, scoring and the tests read."""
-    return read_items(path).records
-
-
-def item_lines(records: list[dict[str, Any]]) -> bytes:
-    """One item's records as written: a JSON line each, the last one marked."""
-    last = len(records) - 1
-    return "".join(
-        json.dumps({**record, ITEM_END: i == last}, separators=(",", ":"), allow_nan=False) + "\n"
-        for i, record in enumerate(records)
-    ).encode()
-
-
-# -- writing ------------------------------------------------------------------------------------
 
 
 class _Pieces:
@@ -212,6 +133,15 @@ class ResultsStore:
             if not os.path.exists(self.episodes_path):
                 return []
             if stored.whole_bytes != stored.size:
+                with open(self.episodes_path, "rb") as handle:
+                    handle.seek(stored.whole_bytes)
+                    problem = torn_tail_problem(handle.read())
+                if problem is not None:
+                    raise ConfigError(
+                        f"{self.episodes_path} is damaged after its {len(stored.items)} whole items ({problem}): "
+                        "a crash leaves at most a cut last item, so --resume cuts nothing here; restore the file, "
+                        "or evaluate again in a new --results folder"
+                    )
                 log.warning(
                     "%s ends with %d bytes of an item that was never written whole: cut off",
                     self.episodes_path,

@@ -13,7 +13,7 @@ from harness import finish, read_episodes, read_summary, remote_episode, running
 
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.protocol.errors import EvaluatorRestarted
-from arbiter.server.service.results import read_records
+from arbiter.server.service.records_file import read_records
 
 PHASE2 = {"num_runs": 2, "max_steps": 20, "goal_reward": 9.0, "stability_window": 1}
 

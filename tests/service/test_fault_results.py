@@ -18,7 +18,9 @@ from pathlib import Path
 import paths
 import pytest
 
-from arbiter.server.service.results import ResultsStore, item_lines, read_items, read_records
+from arbiter.protocol.errors import ConfigError
+from arbiter.server.service.records_file import item_lines, read_items, read_records
+from arbiter.server.service.results import ResultsStore
 
 REPO = str(paths.REPO)
 COLUMNS = ["index", "run", "steps"]
@@ -90,6 +92,21 @@ def test_a_training_run_cut_short_is_dropped_by_every_reader_and_cut_off_on_resu
     # The run played again lands after the whole items, as if the cut one had never been.
     resumed.add_episodes(run)
     assert read_records(str(tmp_path / "episodes.jsonl")) == expected + run
+
+
+@pytest.mark.parametrize("damage", ["a damaged line", "a record cut by hand"])
+def test_a_damaged_line_before_whole_items_is_refused_not_cut_off(tmp_path, damage):
+    """A crash leaves at most the start of one item; a damaged line with finished items after it
+    is damage: the resume refuses, and every byte of the file stays."""
+    evaluation(tmp_path)
+    path = tmp_path / "episodes.jsonl"
+    lines = path.read_bytes().split(b"\n")
+    lines[1] = lines[1].replace(b'"steps":5', b'"steps":5,,') if damage == "a damaged line" else lines[1][:-5]
+    path.write_bytes(b"\n".join(lines))
+    before = path.read_bytes()
+    with pytest.raises(ConfigError, match=r"damaged after its 1 whole items \(line 1 after the last whole item is not"):
+        store_at(tmp_path).load_for_resume()
+    assert path.read_bytes() == before
 
 
 def test_records_written_before_items_were_marked_stand_for_themselves(tmp_path):

@@ -25,7 +25,8 @@ import paths
 import pytest
 from harness import read_episodes, read_events, read_summary, wait_for
 
-from arbiter.server.service.results import ResultsStore, ResultsUnwritable, read_records
+from arbiter.server.service.records_file import read_records
+from arbiter.server.service.results import ResultsStore, ResultsUnwritable
 
 REPO = str(paths.REPO)
 TESTS_DIR = str(paths.SUPPORT)

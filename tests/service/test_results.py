@@ -20,14 +20,8 @@ from typing import Any
 import pytest
 
 from arbiter.server.service import durable
-from arbiter.server.service.results import (
-    ITEM_END,
-    ResultsStore,
-    ResultsUnwritable,
-    read_items,
-    read_records,
-    replay_file,
-)
+from arbiter.server.service.records_file import ITEM_END, read_items, read_records
+from arbiter.server.service.results import ResultsStore, ResultsUnwritable, replay_file
 
 COLUMNS = ["index", "unit", "score"]
 

@@ -19,7 +19,7 @@ from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.service.build import build_service
 from arbiter.server.service.loop import EvaluatorService
-from arbiter.server.service.results import read_records
+from arbiter.server.service.records_file import read_records
 
 
 def wait_for(condition: Callable[[], Any], timeout_s: float = 10.0, what: str = "condition") -> Any:

@@ -19,7 +19,8 @@ from typing import Any, TextIO
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.words import plural
 from arbiter.server.formats.flatland.episodes import EpisodeSpec, FlatlandEpisode
-from arbiter.server.service.results import EPISODES_FILE, REPLAYS_DIR, read_records, replay_file
+from arbiter.server.service.records_file import read_records
+from arbiter.server.service.results import EPISODES_FILE, REPLAYS_DIR, replay_file
 
 RENDERERS = ("PILSVG", "PIL")  # flatland's headless backends: SVG artwork, or plain shapes (faster)
 MAX_GIF_FRAMES = 500  # longer episodes are drawn every k-th step: a GIF's frames are all in memory
