@@ -111,10 +111,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     progress = Progress(enabled=not args.quiet, format_name=spec.format)
     if args.resume and not args.results:
         raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    started_on = recorded_tests(args.results) if args.resume else None
+    if tests and started_on and os.path.realpath(tests) != os.path.realpath(started_on):
+        # Its items' names would match another test set's: the data behind them would not.
+        raise ConfigError(
+            f"--resume: the evaluation started on the test folder {started_on}, not {tests}; resume it without "
+            "--tests, or with that folder"
+        )
     if not tests and get_format(spec.format).requires_tests:
         # A resumed evaluation plays the folder it started on (a local run's may be the format's
         # default test set, whose cache folder the participant never typed).
-        tests = recorded_tests(args.results) if args.resume else None
+        tests = started_on
         if not tests:
             raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
         print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)

@@ -83,3 +83,22 @@ def test_serve_resume_without_tests_or_a_recorded_folder_asks_for_them(redis_url
     )  # fmt: skip
     assert done.returncode == 2
     assert "arbiter: error: arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)" in done.stderr
+
+
+def test_serve_resume_on_another_test_folder_than_the_evaluation_started_on_is_refused(redis_url, service_id, tmp_path):
+    """Item names match across test sets (Test_0/Level_0.pkl); the data behind them need not."""
+    results = tmp_path / "r"
+    results.mkdir()
+    started_on = tmp_path / "tests-a"
+    (results / "seed.json").write_text(json.dumps({"seed": 1001, "drawn": False, "tests": str(started_on)}) + "\n")
+    (results / "events.jsonl").write_text("")
+    done = subprocess.run(
+        [*ARBITER, "serve", "--resume", "--results", str(results), "--redis-url", redis_url,
+         "--service-id", service_id, "--tests", str(tmp_path / "tests-b")],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert (
+        f"--resume: the evaluation started on the test folder {started_on}, not {tmp_path / 'tests-b'}" in done.stderr
+    )
+    assert sorted(p.name for p in results.iterdir()) == ["events.jsonl", "seed.json"]  # nothing touched
