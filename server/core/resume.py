@@ -71,9 +71,15 @@ def group_bounds(items: list[Item], index: int) -> tuple[int, int]:
     return start, end
 
 
-def restore(evaluation: Evaluation, records: list[dict[str, Any]]) -> None:
-    """Continue a killed evaluation after its last finished item (``--resume``)."""
+def restore(evaluation: Evaluation, records: list[dict[str, Any]], earlier: dict[str, Any] | None = None) -> None:
+    """Continue a killed evaluation after its last finished item (``--resume``). ``earlier``:
+    the summary the last run to end wrote (a stop), whose counters this run's add to; a run
+    killed outright wrote none, and its counters are lost with it."""
     point = resume_point(records, evaluation.items)
+    counted = (earlier or {}).get("counters")
+    for name, count in (counted.items() if isinstance(counted, dict) else ()):
+        if isinstance(count, int) and not isinstance(count, bool):
+            evaluation.counters[name] += count
     evaluation.records = list(records)
     evaluation.next_index = point.items_done
     evaluation.used_before_s = point.used_before_s

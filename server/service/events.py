@@ -307,3 +307,22 @@ def chain(*callbacks: Callable[..., None] | None) -> Callable[..., None] | None:
             callback(*args)
 
     return call_all
+
+
+def resumes_recorded(path: str) -> int:
+    """How many times the evaluation whose ``events.jsonl`` is at ``path`` was resumed: its
+    ``started`` events that say so (a run killed outright leaves its own)."""
+    found = 0
+    try:
+        with open(path, "rb") as handle:
+            for line in handle:
+                if b'"resumed":true' not in line.replace(b" ", b""):
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue  # a line cut by a kill
+                found += isinstance(event, dict) and event.get("event") == STARTED and event.get("resumed") is True
+    except OSError:
+        return 0
+    return found

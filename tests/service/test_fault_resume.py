@@ -245,3 +245,30 @@ def test_f12_sigterm_mid_episode_leaves_an_interrupted_summary_and_resumes(
             evaluator.wait()
     assert [r["index"] for r in read_episodes(results)] == [0, 1, 2]
     assert read_summary(results)["state"] == "SUCCESS" and scores["score"] == read_summary(results)["score"]["primary"]
+
+
+def test_counters_add_up_over_the_runs_and_every_resume_is_counted(redis_url, service_id, tiny_tests, tmp_path):
+    """A run stopped (its summary written) hands its counters to the next; a run killed outright
+    writes none, but its resume is counted all the same (its started event says so)."""
+    from arbiter.server.service.build import build_service
+
+    results = str(tmp_path / "r")
+    with running_service(spec(), tests=tiny_tests, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        _,
+    ):
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        client.env_step({0: 99, 1: 99})  # actions no train has: counted
+        wait_for(lambda: service.evaluation.counters["invalid_actions"] == 2, what="the invalid actions counted")
+        service.request_stop("stopped by the test")
+    assert read_summary(results)["counters"]["invalid_actions"] == 2
+    for resumes in (1, 2):  # the first resumed run is killed: it writes no summary
+        resumed = build_service(
+            spec(), tests=tiny_tests, results_dir=results, redis_url=redis_url, service_id=service_id, resume=True
+        )
+        try:
+            assert resumed.evaluation.counters["resumed"] == resumes
+            assert resumed.evaluation.counters["invalid_actions"] == 2
+        finally:
+            resumed.transport.close()
