@@ -77,7 +77,7 @@ def restore(evaluation: Evaluation, records: list[dict[str, Any]], earlier: dict
     killed outright wrote none, and its counters are lost with it."""
     point = resume_point(records, evaluation.items)
     counted = (earlier or {}).get("counters")
-    for name, count in (counted.items() if isinstance(counted, dict) else ()):
+    for name, count in counted.items() if isinstance(counted, dict) else ():
         if isinstance(count, int) and not isinstance(count, bool):
             evaluation.counters[name] += count
     evaluation.records = list(records)
