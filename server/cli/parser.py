@@ -335,9 +335,9 @@ def _rescore_parser(commands: argparse._SubParsersAction) -> None:
         "names the format, the scoring rule and the format's options, episodes.jsonl holds the records. The "
         "rule is rebuilt from them, the format derives its per-record figures again from the raw fields where "
         "it has such figures (flatland: each episode's normalized return and arrived fraction), and the records "
-        "are scored. Every figure is compared with the recorded one: the score in summary.json and the derived "
-        "figures in episodes.jsonl (numbers to 1e-12). An evaluation that did not end in SUCCESS has no score; "
-        "it matches when summary.json has none either.",
+        "are scored. Every figure is compared with the recorded one: the score and the leaderboard's figures in "
+        "summary.json and the derived figures in episodes.jsonl (numbers to 1e-12). An evaluation that did "
+        "not end in SUCCESS has no score; it matches when summary.json has none either.",
         epilog="exit status: 0 when every figure matches, 1 when one differs (each difference is named), 2 when "
         "the folder cannot be rescored (no summary.json, unknown rule ...)",
     )

@@ -20,6 +20,7 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.core.scoring import scoring_rule
+from arbiter.server.core.summary import leaderboard
 from arbiter.server.formats import get_format
 from arbiter.server.service.records_file import read_records
 
@@ -155,6 +156,10 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
             found.differences.append(f"score: none recomputed ({state}), summary.json has {recorded['primary']!r}")
     else:
         found.differences += differences(recomputed, recorded, "score")
+        if rule.name == recorded_scoring and isinstance(summary.get("leaderboard"), dict):
+            # What a leaderboard ranks by: the rule's figures of the same score, checked too.
+            board = json.loads(json.dumps(leaderboard(rule, scored, recomputed)))
+            found.differences += differences(board, summary["leaderboard"], "leaderboard")
     for line, (again, stored) in enumerate(zip(scored, records, strict=True), start=1):
         if again is not stored:
             found.differences += differences(again, stored, f"{EPISODES_FILE} line {line} (item {stored.get('index')})")

@@ -158,6 +158,18 @@ def test_a_changed_two_phase_return_changes_phase1(two_phase_results, tmp_path):
     assert "score.phase1: recomputed " in done.stdout and "score.primary: recomputed " in done.stdout
 
 
+def test_a_changed_leaderboard_figure_is_caught_though_the_score_holds(flatland_results, tmp_path):
+    """What a leaderboard ranks by is the summary's leaderboard block: rescore checks it too."""
+    copy = tampered(flatland_results, tmp_path, lambda lines: None)
+    summary = summary_of(copy)
+    summary["leaderboard"]["figures"][0]["value"] = -0.5
+    with open(os.path.join(copy, "summary.json"), "w", encoding="utf-8") as handle:
+        json.dump(summary, handle)
+    done = arbiter("rescore", copy)
+    assert done.returncode == 1
+    assert "leaderboard.figures[0].value" in done.stdout and "-0.5" in done.stdout
+
+
 def test_another_rule_is_applied_on_request_and_never_matches(flatland_results):
     done = arbiter("rescore", flatland_results, "--scoring", "flatland3")
     assert done.returncode == 1, done.stdout + done.stderr
