@@ -3,12 +3,15 @@ evaluation, and a worker lost on the last attempt of its submission."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -176,57 +179,57 @@ def test_a_job_enqueued_again_while_it_runs_is_evaluated_once(
     assert read_summary(done.results)["submission"]["attempts"] == 1
 
 
+@contextlib.contextmanager
+def busy_on_a_farm_of_its_own(tiny_tests, tmp_path, step_delay_s: float = 0.2) -> Iterator[SimpleNamespace]:
+    """A worker evaluating one submission on a farm Redis of the test's own (which the test may
+    hang or kill): the Redis, the worker, the submission's store and the attempt's processes."""
+    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+
+    farm_redis = EmbeddedRedis(port=free_port()).start()
+    workers = Workers(farm_redis.url, str(tmp_path / "results"))
+    try:
+        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
+        competition = competition_file(tmp_path, tiny_tests)
+        submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(step_delay_s))
+        worker = workers.start()
+        store = SubmissionStore(conn)
+        wait_state(store, submission.id, RUNNING, timeout_s=30)
+        evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid),
+                              what="the work-horse and the agent")  # fmt: skip
+        yield SimpleNamespace(redis=farm_redis, worker=worker, workers=workers, store=store, submission=submission,
+                              evaluating=evaluating)  # fmt: skip
+    finally:
+        workers.stop_all()
+        if farm_redis.pid is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(farm_redis.pid, signal.SIGCONT)  # a test that hung it
+        farm_redis.stop()
+
+
 def test_a_busy_worker_whose_redis_hangs_exits_as_a_failure_not_as_done(tiny_tests, tmp_path) -> None:
     """RQ's loop quits when the farm's Redis does not answer a busy worker in time; a worker runs
     until it is told to stop, so it exits with status 2 and says so, for a supervisor to restart
     it (status 0 would read as a clean stop), taking the attempt it watched along."""
-    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
-
-    with EmbeddedRedis(port=free_port()) as farm_redis:  # its own: this test hangs it
-        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
-        workers = Workers(farm_redis.url, str(tmp_path / "results"))
-        try:
-            competition = competition_file(tmp_path, tiny_tests)
-            submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.2))
-            worker = workers.start()
-            wait_state(SubmissionStore(conn), submission.id, RUNNING, timeout_s=30)
-            evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid),
-                                  what="the work-horse and the agent")  # fmt: skip
-            os.kill(farm_redis.pid, signal.SIGSTOP)
-            try:  # hung until RQ's loop gives up on it, then back (a short outage)
-                wait_for(lambda: "quitting" in workers.log_of(worker), timeout_s=60, what="RQ's loop giving up")
-            finally:
-                os.kill(farm_redis.pid, signal.SIGCONT)
-            assert worker.wait(timeout=60) == 2, workers.log_of(worker)
-            assert "stopped on its own" in workers.log_of(worker)
-            # Nothing of its attempt runs on unwatched.
-            wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the attempt stopped")
+    with busy_on_a_farm_of_its_own(tiny_tests, tmp_path) as farm:
+        os.kill(farm.redis.pid, signal.SIGSTOP)
+        try:  # hung until RQ's loop gives up on it, then back (a short outage)
+            wait_for(lambda: "quitting" in farm.workers.log_of(farm.worker), timeout_s=60, what="RQ's loop giving up")
         finally:
-            workers.stop_all()
+            os.kill(farm.redis.pid, signal.SIGCONT)
+        assert farm.worker.wait(timeout=60) == 2, farm.workers.log_of(farm.worker)
+        assert "stopped on its own" in farm.workers.log_of(farm.worker)
+        # Nothing of its attempt runs on unwatched.
+        wait_for(lambda: not any(alive(pid) for pid in farm.evaluating), timeout_s=10, what="the attempt stopped")
 
 
 def test_a_busy_worker_whose_redis_dies_takes_the_attempt_it_watched_along(tiny_tests, tmp_path) -> None:
     """The farm's Redis killed while a worker evaluates: RQ's loop raises instead of quitting. The
     worker exits with status 2 all the same, and its attempt does not run on unwatched."""
-    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
-
-    farm_redis = EmbeddedRedis(port=free_port()).start()  # its own: this test kills it
-    workers = Workers(farm_redis.url, str(tmp_path / "results"))
-    try:
-        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
-        competition = competition_file(tmp_path, tiny_tests)
-        submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.2))
-        worker = workers.start()
-        wait_state(SubmissionStore(conn), submission.id, RUNNING, timeout_s=30)
-        evaluating = wait_for(lambda: len(descendants(worker.pid)) >= 2 and descendants(worker.pid),
-                              what="the work-horse and the agent")  # fmt: skip
-        os.kill(farm_redis.pid, signal.SIGKILL)
-        assert worker.wait(timeout=60) == 2, workers.log_of(worker)
-        assert "stopped on an error" in workers.log_of(worker)
-        wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=10, what="the attempt stopped")
-    finally:
-        workers.stop_all()
-        farm_redis.stop()
+    with busy_on_a_farm_of_its_own(tiny_tests, tmp_path) as farm:
+        os.kill(farm.redis.pid, signal.SIGKILL)
+        assert farm.worker.wait(timeout=60) == 2, farm.workers.log_of(farm.worker)
+        assert "stopped on an error" in farm.workers.log_of(farm.worker)
+        wait_for(lambda: not any(alive(pid) for pid in farm.evaluating), timeout_s=10, what="the attempt stopped")
 
 
 def agents_of(pid: int) -> list[int]:
@@ -246,26 +249,15 @@ def test_an_attempt_cut_off_from_the_farm_stops_before_its_lock_can_lapse(tiny_t
     """The farm's Redis stops answering while a worker evaluates: the attempt stops itself before
     its lock lapses, so no other worker's attempt can overlap it, and once the farm is back the
     submission is evaluated to its end, resumed."""
-    from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
     from arbiter.server.hosting.job import LOCK_TTL_S
 
-    with EmbeddedRedis(port=free_port()) as farm_redis:  # its own: this test hangs it
-        conn = redis.Redis.from_url(farm_redis.url, socket_timeout=10)
-        workers = Workers(farm_redis.url, str(tmp_path / "results"))
+    with busy_on_a_farm_of_its_own(tiny_tests, tmp_path, step_delay_s=0.1) as farm:
+        agent = wait_for(lambda: next(iter(agents_of(farm.worker.pid)), None), what="the agent")
+        os.kill(farm.redis.pid, signal.SIGSTOP)
         try:
-            competition = competition_file(tmp_path, tiny_tests)
-            submission = submit(conn, competition=competition, participant="alice", agent=seeded_agent(0.1))
-            worker = workers.start()
-            store = SubmissionStore(conn)
-            wait_state(store, submission.id, RUNNING, timeout_s=30)
-            agent = wait_for(lambda: next(iter(agents_of(worker.pid)), None), what="the agent")
-            os.kill(farm_redis.pid, signal.SIGSTOP)
-            try:
-                wait_for(lambda: not alive(agent), timeout_s=LOCK_TTL_S + 3, what="the attempt stopping itself")
-            finally:
-                os.kill(farm_redis.pid, signal.SIGCONT)
-            done = wait_state(store, submission.id, FINISHED, timeout_s=90)
-            assert done.attempts == 2
-            assert read_summary(done.results)["state"] == "SUCCESS"
+            wait_for(lambda: not alive(agent), timeout_s=LOCK_TTL_S + 3, what="the attempt stopping itself")
         finally:
-            workers.stop_all()
+            os.kill(farm.redis.pid, signal.SIGCONT)
+        done = wait_state(farm.store, farm.submission.id, FINISHED, timeout_s=90)
+        assert done.attempts == 2
+        assert read_summary(done.results)["state"] == "SUCCESS"
