@@ -4,7 +4,7 @@
 disk's sync of its bytes and the file's size); ``start_append`` does it in two halves, for a
 caller with work to do while the disk writes; ``atomic_write`` replaces a whole file (temp file,
 fsync, rename); ``cut_to`` takes back a write the disk cut short; ``replace_folder`` puts a
-folder written elsewhere in the place of another (generated test data).
+folder written elsewhere in the place of another (generated test data, ``folder_written_whole``).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -151,6 +152,26 @@ def cut_to(path: str, size: int, handle: int | None = None) -> None:
             os.fsync(handle)
     except OSError as exc:
         log.warning("cannot cut %s back to %d bytes: %s", path, size, exc)
+
+
+@contextlib.contextmanager
+def folder_written_whole(out_dir: str | os.PathLike[str], *, overwrite: bool) -> Iterator[Path]:
+    """A folder to write, beside ``out_dir``, that becomes ``out_dir`` once the block ends (and is
+    removed if it raises). An ``out_dir`` that holds anything is refused unless ``overwrite``, then
+    replaced whole: never written into, never half old, half new."""
+    out = Path(out_dir)
+    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+        # Said in the command's words: the functions' own keyword is overwrite=True.
+        raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    written = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
+    try:
+        yield written
+        written.chmod(0o755)  # mkdtemp makes it 0700; the evaluator may run as another user
+        replace_folder(written, out)
+    except BaseException:
+        shutil.rmtree(written, ignore_errors=True)
+        raise
 
 
 def replace_folder(written: Path, out: Path) -> None:

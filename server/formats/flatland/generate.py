@@ -31,7 +31,7 @@ import numpy as np
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.words import plural
-from arbiter.server.service.durable import replace_folder
+from arbiter.server.service.durable import folder_written_whole
 
 logger = logging.getLogger(__name__)
 
@@ -214,17 +214,12 @@ def generate_test_set(
         raise ValueError(f"unknown preset {preset!r}; known: {sorted(PRESETS)}")
     chosen = PRESETS[preset] if levels is None else _given_levels(levels)
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        # Said in the command's words: the function's own keyword is overwrite=True.
-        raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
     entries = sorted(chosen, key=lambda p: (p["test"], p["level"]))
 
     from flatland.envs.persistence import RailEnvPersister
 
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        rows, rel_paths = [], []
+    rows, rel_paths = [], []
+    with folder_written_whole(out, overwrite=overwrite) as tmp:
         for params in entries:
             env, env_seed = _generate_env(params, seed)
             rel = f"Test_{params['test']}/Level_{params['level']}.pkl"
@@ -236,11 +231,6 @@ def generate_test_set(
             writer = csv.DictWriter(f, fieldnames=METADATA_COLUMNS)
             writer.writeheader()
             writer.writerows(rows)
-        tmp.chmod(0o755)  # mkdtemp makes it 0700; the evaluator may run as another user
-        replace_folder(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     source = f"preset {preset!r}" if levels is None else "the levels given"
     logger.info("generated %d envs of %s (seed %d) in %s", len(rel_paths), source, seed, out)
     return rel_paths

@@ -16,16 +16,13 @@ from __future__ import annotations
 import json
 import math
 import random
-import shutil
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.words import plural
 from arbiter.server.formats.metalc.data import TIME_BUDGETS
-from arbiter.server.service.durable import replace_folder
+from arbiter.server.service.durable import folder_written_whole
 
 TASKS = (
     ("binary.classification", "Binary", "auc_metric"),
@@ -144,26 +141,15 @@ def write_meta_dataset(out_dir: str, settings: GeneratorSettings, *, overwrite: 
     into place. A folder already there that holds anything is refused unless ``overwrite``, then
     replaced (never written into: a meta-dataset mixed with other files is not one). Returns the
     number of files written."""
-    out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
-        # Said in the command's words: the function's own keyword is overwrite=True.
-        raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    written_dir = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.tmp-"))
-    try:
-        written = 0
+    written = 0
+    with folder_written_whole(out_dir, overwrite=overwrite) as folder:
         for relative, content in synthetic_files(settings).items():
-            path = written_dir / relative
+            path = folder / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             if not content:
                 continue
             path.write_text(content, encoding="utf-8")
             written += 1
-        written_dir.chmod(0o755)  # mkdtemp makes it 0700; the evaluator may run as another user
-        replace_folder(written_dir, out)
-    except BaseException:
-        shutil.rmtree(written_dir, ignore_errors=True)
-        raise
     return written
 
 
