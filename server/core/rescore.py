@@ -22,7 +22,7 @@ from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.summary import leaderboard
 from arbiter.server.formats import get_format
-from arbiter.server.service.records_file import read_records
+from arbiter.server.service.records_file import read_items
 
 SUMMARY_FILE = "summary.json"
 EPISODES_FILE = "episodes.jsonl"
@@ -128,7 +128,8 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
     """Recompute the score of ``results_dir`` with its own rule, or with ``scoring`` (another
     rule of its format), and compare it with the recorded one."""
     summary = read_summary(results_dir)
-    records = read_records(os.path.join(results_dir, EPISODES_FILE))
+    stored = read_items(os.path.join(results_dir, EPISODES_FILE))
+    records = stored.records
     recorded_scoring = summary.get("scoring")
     spec, rule = summary_rule(results_dir, summary, scoring)
     hook = get_format(spec.format).rescore
@@ -149,6 +150,10 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
         recomputed=recomputed,
         recorded=recorded,
     )
+    if stored.damage is not None:  # not what a crash leaves: the records scored may not be all there were
+        found.differences.append(
+            f"{EPISODES_FILE}: damaged after its {len(stored.items)} whole items ({stored.damage})"
+        )
     if rule.name != recorded_scoring:
         found.differences.append(f"scoring: {rule.name!r} applied, {recorded_scoring!r} recorded")
     if recomputed is None:

@@ -34,6 +34,7 @@ class ItemsFile:
     items: list[StoredItem] = field(default_factory=list)
     whole_bytes: int = 0  # the file's bytes that hold whole items; the rest is a torn tail
     size: int = 0
+    damage: str | None = None  # why what follows the whole items is no torn tail (torn_tail_problem)
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -71,6 +72,8 @@ def read_items(path: str) -> ItemsFile:
             found.items.append(StoredItem(pending, data[item_start:start]))
             pending, item_start = [], start
     found.whole_bytes = item_start
+    if item_start != len(data):
+        found.damage = torn_tail_problem(data[item_start:])
     return found
 
 

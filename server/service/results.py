@@ -38,7 +38,7 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError, EvaluationError
 from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
-from arbiter.server.service.records_file import StoredItem, item_lines, read_items, read_records, torn_tail_problem
+from arbiter.server.service.records_file import StoredItem, item_lines, read_items, read_records
 
 log = logging.getLogger(__name__)
 
@@ -133,12 +133,9 @@ class ResultsStore:
             if not os.path.exists(self.episodes_path):
                 return []
             if stored.whole_bytes != stored.size:
-                with open(self.episodes_path, "rb") as handle:
-                    handle.seek(stored.whole_bytes)
-                    problem = torn_tail_problem(handle.read())
-                if problem is not None:
+                if stored.damage is not None:
                     raise ConfigError(
-                        f"{self.episodes_path} is damaged after its {len(stored.items)} whole items ({problem}): "
+                        f"{self.episodes_path} is damaged after its {len(stored.items)} whole items ({stored.damage}): "
                         "a crash leaves at most a cut last item, so --resume cuts nothing here; restore the file, "
                         "or evaluate again in a new --results folder"
                     )

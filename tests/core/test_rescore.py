@@ -170,6 +170,23 @@ def test_a_changed_leaderboard_figure_is_caught_though_the_score_holds(flatland_
     assert "leaderboard.figures[0].value" in done.stdout and "-0.5" in done.stdout
 
 
+def test_a_damaged_line_before_whole_items_is_named_not_taken_for_a_torn_tail(flatland_results, tmp_path):
+    """A crash leaves at most the start of one item; a damaged line with records after it is
+    damage, which rescore says (the records it scored may not be all there were)."""
+    copy = tampered(flatland_results, tmp_path, lambda lines: None)
+    path = os.path.join(copy, "episodes.jsonl")
+    with open(path, encoding="utf-8") as handle:
+        lines = handle.readlines()
+    lines[0] = lines[0].replace('"steps":', '"steps":,', 1).replace('"steps": ', '"steps": ,', 1)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.writelines(lines)
+    done = arbiter("rescore", copy)
+    assert done.returncode == 1
+    assert "episodes.jsonl: damaged after its 0 whole items (line 1 after the last whole item is not valid JSON" in (
+        done.stdout
+    )
+
+
 def test_another_rule_is_applied_on_request_and_never_matches(flatland_results):
     done = arbiter("rescore", flatland_results, "--scoring", "flatland3")
     assert done.returncode == 1, done.stdout + done.stderr
