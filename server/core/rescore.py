@@ -128,8 +128,8 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
     """Recompute the score of ``results_dir`` with its own rule, or with ``scoring`` (another
     rule of its format), and compare it with the recorded one."""
     summary = read_summary(results_dir)
-    stored = read_items(os.path.join(results_dir, EPISODES_FILE))
-    records = stored.records
+    episodes = read_items(os.path.join(results_dir, EPISODES_FILE))
+    records = episodes.records
     recorded_scoring = summary.get("scoring")
     spec, rule = summary_rule(results_dir, summary, scoring)
     hook = get_format(spec.format).rescore
@@ -150,9 +150,9 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
         recomputed=recomputed,
         recorded=recorded,
     )
-    if stored.damage is not None:  # not what a crash leaves: the records scored may not be all there were
+    if episodes.damage is not None:  # not what a crash leaves: the records scored may not be all there were
         found.differences.append(
-            f"{EPISODES_FILE}: damaged after its {len(stored.items)} whole items ({stored.damage})"
+            f"{EPISODES_FILE}: damaged after its {len(episodes.items)} whole items ({episodes.damage})"
         )
     if rule.name != recorded_scoring:
         found.differences.append(f"scoring: {rule.name!r} applied, {recorded_scoring!r} recorded")
