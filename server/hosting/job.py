@@ -43,7 +43,7 @@ from arbiter.server.hosting.submissions import (
     SubmissionStore,
     lock_key,
 )
-from arbiter.server.service import held_stops
+from arbiter.server.service import held_stops, results_fence
 
 log = logging.getLogger(__name__)
 
@@ -93,12 +93,14 @@ def evaluate_submission(submission_id: str) -> str:
     # within a renewal's interval: the keeper must see an outage in time to act on it.
     lock_conn = redis.Redis.from_url(_settings.redis_url, socket_timeout=LOCK_RENEW_S)
     lock = lock_conn.lock(lock_key(submission_id), timeout=LOCK_TTL_S, thread_local=False)
+    asked_at = time.monotonic()
     if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
         lock_conn.close()
         return f"submission {submission_id} is being evaluated by another worker; this delivery evaluates nothing"
-    keeper = LockKeeper(lock, SubmissionStore(lock_conn), submission_id)
+    keeper = LockKeeper(lock, SubmissionStore(lock_conn), submission_id, acquired_at=asked_at)
     # The keeper's SIGTERM may come before the evaluation can obey it: it is held till then.
-    with held_stops.held():
+    # The results folder is written only while the lock holds (the keeper is the fence).
+    with held_stops.held(), results_fence.fenced(keeper.refusal):
         keeper.start()
         try:
             return _evaluate_locked(store, submission_id, _settings, keeper)
@@ -118,21 +120,26 @@ class LockKeeper(threading.Thread):
     """Renews the submission's lock while the attempt runs, and stops the evaluation (a SIGTERM
     to this process, which the evaluator handles as a stop: the evaluation ends as interrupted,
     the agent's group is stopped) when the submission is cancelled, or when the lock was lost:
-    this process was held up past its lifetime, and another worker may have taken over."""
+    this process was held up past its lifetime, and another worker may have taken over.
 
-    def __init__(self, lock: Any, store: SubmissionStore, submission_id: str):
+    It is also the attempt's results fence (``refusal``, for results_fence.py): once the lock may
+    have lapsed, this attempt writes nothing more into the submission's results folder."""
+
+    def __init__(self, lock: Any, store: SubmissionStore, submission_id: str, acquired_at: float):
         super().__init__(name=f"lock-{submission_id}", daemon=True)
         self.lock, self.store, self.submission_id = lock, store, submission_id
         self.done = threading.Event()
         self.stopping = False
         self.lost = False
+        # When the last renewal that Redis granted was sent (monotonic): the lock is this
+        # attempt's for LOCK_TTL_S from then at least.
+        self.renewed_at = acquired_at
+        self._renewing = threading.Lock()  # one renewal at a time: this thread's, or a write's
 
     def run(self) -> None:
-        renewed_at = time.monotonic()
         while not self.done.wait(LOCK_RENEW_S):
             try:
-                self.lock.reacquire()
-                renewed_at = time.monotonic()
+                self._renew()
                 found = self.store.find(self.submission_id)
             except redis.exceptions.LockNotOwnedError:
                 self.lost = True
@@ -142,7 +149,7 @@ class LockKeeper(threading.Thread):
                 # The farm's Redis out of reach: the attempt goes on while its lock holds, and stops
                 # before the lock can lapse, when another worker could take the submission over
                 # (two attempts of one submission never run at once). It is then queued again.
-                if time.monotonic() - renewed_at >= LOCK_TTL_S - LOCK_RENEW_S:
+                if not self._lease_holds():
                     log.warning("the farm's Redis has not renewed this attempt's lock in time: the attempt stops")
                     self.lost = True
                     self._stop_evaluation()
@@ -150,6 +157,32 @@ class LockKeeper(threading.Thread):
                 continue
             if found is not None and found.state == "cancelled":
                 self._stop_evaluation()
+
+    def refusal(self) -> str | None:
+        """Why this attempt may no longer write its results folder; None while its lock holds
+        with time to spare. Renewals on time make this a clock reading; late ones (this process
+        was held up: its machine paused, its processes stopped) make it ask the farm's Redis."""
+        if not self.lost and not self._lease_holds():
+            try:
+                self._renew()
+            except redis.exceptions.RedisError:  # not this attempt's any more, or not known to be
+                self.lost = True
+        if self.lost:
+            return (
+                f"its lock in the farm's Redis was not renewed within {LOCK_TTL_S:g} s, so another attempt "
+                "may be evaluating the submission in this folder"
+            )
+        return None
+
+    def _lease_holds(self) -> bool:
+        """Whether the lock is this attempt's for at least one more renewal interval."""
+        return time.monotonic() - self.renewed_at < LOCK_TTL_S - LOCK_RENEW_S
+
+    def _renew(self) -> None:
+        with self._renewing:
+            sent_at = time.monotonic()
+            self.lock.reacquire()
+            self.renewed_at = max(self.renewed_at, sent_at)
 
     def _stop_evaluation(self) -> None:
         if not self.stopping:
@@ -188,14 +221,14 @@ def _evaluate_locked(store: SubmissionStore, submission_id: str, settings: Worke
         spec = submission_spec(started)
         # The farm's Redis stays out of the evaluation: the attempt gets a Redis of its own.
         evaluated = settings.backend.evaluate(spec, started, results_dir=results_dir, resume=resume)
-    except ConfigError as exc:
-        agent = str(exc).startswith("cannot start the agent")
-        return _fail(store, started, str(exc), AGENT_FAULT if agent else INFRASTRUCTURE_FAULT)
     except Exception as exc:
-        if keeper.lost:
+        if keeper.refusal() is not None:  # whoever holds the submission now records its ending
             return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
+        if isinstance(exc, ConfigError):
+            agent = str(exc).startswith("cannot start the agent")
+            return _fail(store, started, str(exc), AGENT_FAULT if agent else INFRASTRUCTURE_FAULT)
         return _retry_or_fail(store, started, f"the evaluation stopped: {type(exc).__name__}: {exc}")
-    if keeper.lost:  # whoever holds the submission now records its ending
+    if keeper.refusal() is not None:  # the lock may have lapsed: its results are not this attempt's to mark
         return f"submission {submission_id}: its lock was lost; this attempt stopped and recorded nothing"
     now = store.get(submission_id)
     _mark_summary(results_dir, started, cancelled=now.cause if now.state == CANCELLED else None)

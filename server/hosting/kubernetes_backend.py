@@ -14,6 +14,8 @@ official client, follows it, and collects its result; the evaluation itself runs
   deletes the Job in the foreground: its pod is stopped (the evaluator records the evaluation as
   interrupted), then the Job and what it owns are gone. Once the evaluator has ended, the agent
   gets ``agent_exit_grace_s`` to exit, as with ``arbiter run``, then the Job is deleted the same way.
+  An attempt that lost its lock (results_fence.py) deletes nothing: the Job is the submission's,
+  and the attempt that holds the submission now follows it.
 - Collect. The results claim is the worker's --results-root: the evaluator writes
   ``<competition>/<submission id>/`` on it, the folder job.py gives the backend, and the worker
   reads summary.json there. A Job that ended with no final summary.json raises
@@ -62,6 +64,7 @@ from arbiter.server.hosting.kubernetes_status import (
 )
 from arbiter.server.hosting.stop_signal import StopSignal
 from arbiter.server.hosting.submissions import Submission
+from arbiter.server.service import results_fence
 
 if TYPE_CHECKING:  # backends.py lists this backend: it is imported from there at run time, not here
     from arbiter.server.hosting.backends import Evaluated
@@ -291,6 +294,9 @@ def follow(
             stop.wait(options.poll_interval_s)
             continue
         if step is not Step.COLLECT:
+            refused = results_fence.refusal()
+            if refused is not None:  # the Job is followed now by the attempt that holds the submission
+                raise EvaluationLost(f"the Job {plan.name} is left to the attempt that holds the submission: {refused}")
             log.info("deleting the Job %s: %s", plan.name, "stopped" if step is Step.STOP else "the evaluation ended")
             cluster.delete_job(plan.name)
             cluster.wait_gone(

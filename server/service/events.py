@@ -26,6 +26,7 @@ from typing import Any
 
 from arbiter.protocol import keys
 from arbiter.protocol.redis_conn import Packets, connect
+from arbiter.server.service import results_fence
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +234,11 @@ class EventLog:
     def _write(self, line: str) -> None:
         if self._file is None:
             self.unwritten += 1
+            return
+        refused = results_fence.refusal()
+        if refused is not None:  # the results folder is no longer this evaluation's to write
+            self.unwritten += 1
+            log.warning("%s not appended to: %s", self.path, refused)
             return
         try:
             self._file.write(line + "\n")

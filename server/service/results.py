@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError, EvaluationError
+from arbiter.server.service import results_fence
 from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
 from arbiter.server.service.records_file import StoredItem, item_lines, read_items, read_records
 
@@ -57,6 +58,14 @@ class ResultsUnwritable(EvaluationError):
             f"the results folder cannot be written ({name}: {reason}): the evaluation stops here; "
             "`arbiter serve --resume` continues it once the folder can be written again"
         )
+
+
+class ResultsFenced(ResultsUnwritable):
+    """This process may no longer write the results folder (results_fence.py): a hosted attempt
+    that lost its hold on its submission, which another attempt may be evaluating there."""
+
+    def __init__(self, reason: str):
+        EvaluationError.__init__(self, f"the results folder is no longer this evaluation's to write: {reason}")
 
 
 def replay_file(directory: str, index: int) -> str:
@@ -97,9 +106,24 @@ class ResultsStore:
         # An item's record written, its sync still to come (``add_episodes(sync_later=True)``).
         self._pending: PendingAppend | None = None
 
+    def _fence_refused(self) -> ResultsFenced | None:
+        """Why this process may not write the folder now (results_fence.py), remembered like a
+        write the folder refused, so that the evaluation stops; None when it may."""
+        reason = results_fence.refusal()
+        if reason is None:
+            return None
+        error = ResultsFenced(reason)
+        if self.unwritable is None:
+            self.unwritable = error
+        return error
+
     @contextlib.contextmanager
-    def _writing(self, path: str, remember: bool = True) -> Iterator[None]:
-        """A failure to write ``path`` raised as ResultsUnwritable, and remembered (``remember``)."""
+    def _writing(self, path: str, remember: bool = True, fenced: bool = True) -> Iterator[None]:
+        """A failure to write ``path`` raised as ResultsUnwritable, and remembered (``remember``);
+        ``fenced``: the write is refused (ResultsFenced) when this process may no longer write here."""
+        refused = self._fence_refused() if fenced else None
+        if refused is not None:
+            raise refused
         try:
             yield
         except OSError as exc:
@@ -192,6 +216,9 @@ class ResultsStore:
             return
         try:
             self._append_csv(rows)
+        except ResultsFenced:
+            self._drop_pending()  # the folder is no longer ours to mend
+            raise
         except ResultsUnwritable:
             self._drop_pending()
             cut_to(self.episodes_path, size_before)  # results.csv lacks the item: so must episodes.jsonl
@@ -205,7 +232,7 @@ class ResultsStore:
         pending, self._pending = self._pending, None
         if pending is None:
             return
-        with self._writing(self.episodes_path):
+        with self._writing(self.episodes_path, fenced=False):  # its write was allowed: the sync ends it
             try:
                 pending.finish()
             except OSError:
@@ -234,7 +261,7 @@ class ResultsStore:
         except ResultsUnwritable as exc:
             if not replied:
                 raise
-            log.warning("results.csv refused the rows due (%d): %s", len(self._rows_due), exc.__cause__)
+            log.warning("results.csv refused the rows due (%d): %s", len(self._rows_due), exc.__cause__ or exc)
             return
         self._rows_due = []
 
@@ -310,6 +337,9 @@ class ResultsStore:
     def write_replay(self, index: int, replay: dict[str, Any]) -> None:
         """Atomically, so ``arbiter replay`` never reads half a file of a running evaluation.
         A failure is the recorder's to count (an OSError): the evaluation does not need it."""
+        refused = self._fence_refused()
+        if refused is not None:
+            raise OSError(str(refused))  # the evaluation stops at the end of this request all the same
         os.makedirs(self.replays_dir, exist_ok=True)
         atomic_write(
             replay_file(self.directory, index), json.dumps(replay, separators=(",", ":"), allow_nan=False) + "\n"

@@ -42,7 +42,7 @@ from arbiter.server.hosting.kubernetes_status import (
     job_state,
 )
 from arbiter.server.hosting.submissions import Submission
-from arbiter.server.service import held_stops
+from arbiter.server.service import held_stops, results_fence
 
 # -- starting, following, stopping, collecting ---------------------------------------------------
 
@@ -263,6 +263,20 @@ def test_a_sigterm_that_came_while_the_attempt_got_ready_stops_the_job_it_follow
         evaluated = evaluate(cluster, submission, results_dir)
     assert evaluated.summary["state"] == "INTERRUPTED" and evaluated.agent_status == 143
     assert ("delete",) in cluster.calls and not cluster.jobs
+
+
+def test_an_attempt_that_lost_its_lock_leaves_the_job_to_the_one_that_holds_it(tmp_path: Path) -> None:
+    """The worker was held up past its lock: its keeper's SIGTERM comes, and the fence says the
+    submission is another attempt's now. That attempt follows the same Job: it is not deleted."""
+    submission = a_submission()
+    plan, results_dir = plan_for(submission, tmp_path)
+    cluster = ScriptedCluster(results_dir, [Moment()])
+    with held_stops.held(), results_fence.fenced(lambda: "its lock lapsed"):
+        signal.raise_signal(signal.SIGTERM)  # the keeper's, once it found the lock lost
+        with pytest.raises(EvaluationLost, match="left to the attempt that holds the submission: its lock lapsed"):
+            evaluate(cluster, submission, results_dir)
+    assert ("delete",) not in cluster.calls and plan.name in cluster.jobs
+    assert not (results_dir / "summary.json").exists()
 
 
 def test_rqs_job_timeout_deletes_the_job(tmp_path: Path) -> None:
