@@ -1,6 +1,7 @@
 """A TCP listener in front of the evaluation's unix socket, for clients that know only TCP.
 
-    python -m arbiter.client.socket_bridge [--listen HOST:PORT] [--if-free] [--redis-url URL] -- AGENT_COMMAND...
+    python -m arbiter.client.socket_bridge [--listen HOST:PORT] [--any-loopback] [--if-free] [--redis-url URL] \
+        -- AGENT_COMMAND...
 
 flatland-rl's own ``FlatlandRemoteClient`` connects to ``$redis_ip`` on port 6379 with no
 password, and knows no unix socket. A hosted agent's container has no network (loopback only),
@@ -13,8 +14,11 @@ flatland client works, with the participant's rights and no more.
 It listens before it starts the agent command, passes SIGTERM, SIGINT and SIGHUP on to it, and
 exits with its status once it exits (128 + N for a signal N, as a shell says it). As the first
 process of a container it is what the engine signals. Its imports are the standard library's.
-With ``--if-free`` (an agent on a shared machine, whose own client uses the socket) an address
-already taken is said on stderr and the agent runs anyway, without the TCP path.
+With ``--any-loopback`` (agents of several evaluations on one machine, each wanting port 6379) a
+taken loopback address gives way to the next free one on the same port (127.0.0.2, 127.0.0.3,
+...), which the agent gets as ``$redis_ip``, where flatland's client looks for its host. With
+``--if-free`` (an agent whose own client uses the socket) an address that cannot be had is said
+on stderr and the agent runs anyway, without the TCP path.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from urllib.parse import unquote, urlsplit
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 DEFAULT_LISTEN = "127.0.0.1:6379"
+LOOPBACK_HOSTS = 64  # how many loopback addresses --any-loopback tries: 127.0.0.1 to 127.0.0.64
 CHUNK = 64 * 1024
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -166,22 +171,47 @@ def exit_status(returncode: int) -> int:
     return 128 - returncode if returncode < 0 else returncode
 
 
-def run(listen_at: str, redis_url: str, command: list[str], *, if_free: bool = False) -> int:
+def listen_on_loopback(address: tuple[str, int]) -> socket.socket:
+    """A listener on ``address``, else on the first free loopback address (127.0.0.N) at its port."""
+    try:
+        return listen(address)
+    except BridgeError as taken:
+        if not address[0].startswith("127."):
+            raise
+        for n in range(1, LOOPBACK_HOSTS + 1):
+            host = f"127.0.0.{n}"
+            if host != address[0]:
+                try:
+                    return listen((host, address[1]))
+                except BridgeError:
+                    continue
+        raise BridgeError(f"{taken}, nor on any of 127.0.0.1 to 127.0.0.{LOOPBACK_HOSTS}") from None
+
+
+def run(
+    listen_at: str, redis_url: str, command: list[str], *, if_free: bool = False, any_loopback: bool = False
+) -> int:
     socket_path, user, password = parse_unix_url(redis_url)
     address = parse_listen(listen_at)
+    environment = None  # the bridge's own
     try:
-        listener: socket.socket | None = listen(address)
+        listener: socket.socket | None = listen_on_loopback(address) if any_loopback else listen(address)
     except BridgeError as exc:
         if not if_free:
             raise
         print(f"arbiter socket bridge: {exc}; flatland's client of this agent will not reach it", file=sys.stderr)
         listener = None
     if listener is not None:
+        host = listener.getsockname()[0]
+        if host != address[0]:
+            print(f"arbiter socket bridge: {address[0]}:{address[1]} is taken; listening on {host}:{address[1]}, "
+                  "given to the agent as $redis_ip", file=sys.stderr)  # fmt: skip
+            environment = {**os.environ, "redis_ip": host}
         threading.Thread(
             target=_accept_forever, args=(listener, socket_path, user, password), name="bridge", daemon=True
         ).start()
     try:
-        agent = subprocess.Popen(command, preexec_fn=_dying_with_the_bridge())
+        agent = subprocess.Popen(command, env=environment, preexec_fn=_dying_with_the_bridge())
     except OSError as exc:
         raise BridgeError(f"cannot start the agent {command!r}: {exc}") from None
 
@@ -205,6 +235,12 @@ def main(argv: list[str] | None = None) -> int:
         description="Serve the evaluation's unix-socket Redis on a TCP address, then run the agent command.",
     )
     parser.add_argument("--listen", default=DEFAULT_LISTEN, metavar="HOST:PORT", help=f"default {DEFAULT_LISTEN}")
+    parser.add_argument(
+        "--any-loopback",
+        action="store_true",
+        help="a taken loopback address gives way to the next free one on the same port, given to the agent as "
+        "$redis_ip",
+    )
     parser.add_argument("--if-free", action="store_true", help="a taken address is a warning: the agent runs anyway")
     parser.add_argument("--redis-url", metavar="URL", help="unix://USER:PASSWORD@/PATH (default $ARBITER_REDIS_URL)")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the agent command, after --")
@@ -216,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     if not redis_url:
         parser.error("no Redis: give --redis-url or set ARBITER_REDIS_URL")
     try:
-        return run(args.listen, redis_url, command, if_free=args.if_free)
+        return run(args.listen, redis_url, command, if_free=args.if_free, any_loopback=args.any_loopback)
     except BridgeError as exc:
         print(f"arbiter socket bridge: {exc}", file=sys.stderr)
         return 2

@@ -124,17 +124,20 @@ def evaluated(outcome: RunOutcome, private: PrivateRedis) -> Evaluated:
     return Evaluated(summary, outcome.agent_status, agent_fault=summary["termination_cause"] if filled else None)
 
 
-def bridge_command(python: str, listen: str, *, if_free: bool = False) -> list[str]:
+def bridge_command(python: str, listen: str, *, shared_machine: bool = False) -> list[str]:
     """The socket bridge (client/socket_bridge.py) in front of an agent command, for flatland's
-    client, which knows only TCP; it reads the socket and the user from ARBITER_REDIS_URL."""
-    return [python, "-m", "arbiter.client.socket_bridge", "--listen", listen, *(["--if-free"] if if_free else []), "--"]
+    client, which knows only TCP; it reads the socket and the user from ARBITER_REDIS_URL.
+    ``shared_machine``: other agents may hold ``listen``: the bridge takes another loopback address
+    on its port (given to the agent as ``$redis_ip``), or runs the agent without the TCP path."""
+    options = ["--any-loopback", "--if-free"] if shared_machine else []
+    return [python, "-m", "arbiter.client.socket_bridge", "--listen", listen, *options, "--"]
 
 
 class LocalBackend:
     """The agent as a local process group of the worker's work-horse (``arbiter run``'s runner),
     with its own Redis's participant URL (over the unix socket) in its environment. flatland's
-    client reaches that socket through the socket bridge on 127.0.0.1:6379 when no other process
-    of the machine (another worker's agent) holds that port."""
+    client reaches that socket through the socket bridge on port 6379 of 127.0.0.1, or of the next
+    loopback address free on that port (another worker's agent holds it), named in ``$redis_ip``."""
 
     name = "local"
 
@@ -161,7 +164,7 @@ class LocalBackend:
             with private_redis(attempt, submission) as private:
                 command = list(submission.agent)
                 if get_format(attempt.spec.format).tcp_clients:
-                    command = bridge_command(sys.executable, f"{HOST}:{DEFAULT_PORT}", if_free=True) + command
+                    command = bridge_command(sys.executable, f"{HOST}:{DEFAULT_PORT}", shared_machine=True) + command
                 environment = agent_environment(private.agent_url(), submission.id, attempt.tests)
                 outcome = run_attempt(attempt, submission, private, AgentProcess(command, environment), resume)
         finally:

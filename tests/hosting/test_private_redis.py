@@ -6,9 +6,11 @@ flooding its Redis as fast as it can while the other is evaluated exactly as it 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
+import socket
 import stat
 import subprocess
 import sys
@@ -150,31 +152,41 @@ def test_a_folder_is_abandoned_once_its_starter_ended_or_if_it_names_none_once_o
     assert {name for name, folder in folders.items() if folder.exists()} == {"running", "no pid, young", "another kind"}
 
 
-def test_flatland_s_own_client_reaches_the_evaluation_through_the_bridge(tiny_tests, tmp_path) -> None:
+@pytest.mark.parametrize("address_taken", [False, True], ids=["its-own-address", "another-agent-s-address"])
+def test_flatland_s_own_client_reaches_the_evaluation_through_the_bridge(address_taken, tiny_tests, tmp_path) -> None:
     """flatland-rl's unmodified FlatlandRemoteClient (TCP, port 6379, no password) plays a whole
-    evaluation through the bridge, as the participant's user."""
-    with PrivateRedis(SERVICE, 64 << 20) as private:
+    evaluation through the bridge, as the participant's user; on a machine where another agent's
+    bridge holds 127.0.0.1 on that port too (two local workers), through the next loopback
+    address, which flatland's client finds in ``$redis_ip``."""
+    port = free_port()
+    taken = socket.create_server(("127.0.0.1", port)) if address_taken else contextlib.nullcontext()
+    with taken, PrivateRedis(SERVICE, 64 << 20) as private:
         spec = load_competition(competition_file(tmp_path, tiny_tests))
-        port = free_port()
         with running_service(
             spec, tests=tiny_tests, results=str(tmp_path / "results"), redis_url=private.evaluator_url,
             service_id=SERVICE,
         ) as (_, outcome):  # fmt: skip
             code = (
                 "from flatland.evaluators import client\n"
-                f"client.FlatlandRemoteClient.__init__.__defaults__ = ({tiny_tests!r}, {SERVICE!r}, '127.0.0.1', "
-                f"{port}, 0, None, False, False)\n"
+                "defaults = list(client.FlatlandRemoteClient.__init__.__defaults__)\n"
+                f"defaults[0], defaults[1], defaults[3] = {tiny_tests!r}, {SERVICE!r}, {port}\n"
+                "client.FlatlandRemoteClient.__init__.__defaults__ = tuple(defaults)\n"
+                "print('host', defaults[2])\n"
                 "exec(open('examples/legacy_starter_kit_agent.py').read())\n"
             )  # the one change: the port, so that a Redis on this machine's 6379 is left alone
             agent = subprocess.run(
                 [sys.executable, "-m", "arbiter.client.socket_bridge", "--listen", f"127.0.0.1:{port}",
-                 "--redis-url", private.agent_url(), "--", sys.executable, "-c", code],
+                 "--any-loopback", "--redis-url", private.agent_url(), "--", sys.executable, "-c", code],
                 cwd=REPO, capture_output=True, text=True, timeout=60,
+                env={**os.environ, "redis_ip": "127.0.0.1"},
             )  # fmt: skip
             assert agent.returncode == 0, agent.stderr[-2000:]
             summary = finish(outcome)
     assert "submitted: score" in agent.stdout
     assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 3
+    host = "127.0.0.2" if address_taken else "127.0.0.1"
+    assert f"host {host}\n" in agent.stdout
+    assert (f"127.0.0.1:{port} is taken; listening on {host}:{port}" in agent.stderr) is address_taken
 
 
 def test_a_bridge_passes_the_agent_s_exit_and_refuses_a_wrong_password(tmp_path) -> None:
