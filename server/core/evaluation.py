@@ -61,7 +61,7 @@ class Evaluation:
         clock: Callable[[], float] = time.monotonic,
         on_episode: Callable[[dict[str, Any], Evaluation], None] | None = None,
         on_finish: Callable[[Evaluation], None] | None = None,
-        on_replay: Callable[[list[int], str], None] | None = None,
+        on_replay: Callable[[dict[str, Any]], None] | None = None,
     ):
         self.plan = plan
         self.items: list[Item] = plan.items
@@ -80,7 +80,7 @@ class Evaluation:
         self.clock = clock
         self.on_episode = on_episode
         self.on_finish = on_finish
-        self.on_replay = on_replay  # items withdrawn to be played again (evaluation_restarts.py)
+        self.on_replay = on_replay  # items withdrawn to be played again (restarts.py): their ``replayed`` entry
 
         self.state = State.RUNNING
         self.termination_cause = ""

@@ -141,13 +141,12 @@ class Restarts:
             if not record["timed_out"]:
                 break
             evaluation.successive_timeouts += 1
-        evaluation.replayed.append(
-            {"items": indices, "group": evaluation.items[start].group, "records": len(withdrawn), "cause": cause}
-        )
+        replayed = {"items": indices, "group": evaluation.items[start].group, "records": len(withdrawn), "cause": cause}
+        evaluation.replayed.append(replayed)
         evaluation.counters["replayed_items"] += len(indices)
         log.warning("items %s are played again from item %d: %s", indices, start, cause)
         if evaluation.on_replay is not None:
-            evaluation.on_replay(indices, cause)
+            evaluation.on_replay(replayed)
 
     def _skip_rest_of_group(self, now: float) -> None:
         evaluation = self.evaluation

@@ -16,7 +16,7 @@ from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
-from arbiter.server.service.events import EventLog, chain, resumes_recorded
+from arbiter.server.service.events import EventLog, chain, replays_recorded, resumes_recorded
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
 from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, EVALUATOR_WINDOW_US, RedisTransport
@@ -86,6 +86,7 @@ def build_service(
         if continues:
             restore(evaluation, records, earlier=previous)
             evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too
+            evaluation.replayed = replays_recorded(store.events_path)  # this run's come after
         transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
         if not resume:
             transport.clear()  # the events stream too: a watcher sees this evaluation only

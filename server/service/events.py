@@ -21,7 +21,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from arbiter.protocol import keys
@@ -173,10 +173,11 @@ class EventLog:
         )
 
     @_never_raises
-    def replayed(self, items: list[int], cause: str) -> None:
+    def replayed(self, replayed: dict[str, Any]) -> None:
         """The Evaluation's ``on_replay``: these items' records were withdrawn (replayed.jsonl
-        keeps them); they are played again, and announced again as they end."""
-        self.emit(REPLAYED, items=items, cause=cause)
+        keeps them); they are played again, and announced again as they end. ``replayed``: the
+        summary's entry (``items``, ``group``, ``records``, ``cause``), which a resume reads back."""
+        self.emit(REPLAYED, **replayed)
 
     @_never_raises
     def finished(self, evaluation: Any) -> None:
@@ -318,17 +319,29 @@ def chain(*callbacks: Callable[..., None] | None) -> Callable[..., None] | None:
 def resumes_recorded(path: str) -> int:
     """How many times the evaluation whose ``events.jsonl`` is at ``path`` was resumed: its
     ``started`` events that say so (a run killed outright leaves its own)."""
-    found = 0
+    return sum(event.get("resumed") is True for event in _recorded(path, STARTED))
+
+
+def replays_recorded(path: str) -> list[dict[str, Any]]:
+    """The items the evaluation whose ``events.jsonl`` is at ``path`` played again, as
+    summary.json's ``replayed`` entries, in the order of its runs (killed ones' included)."""
+    fields = ("items", "group", "records", "cause")
+    return [{field: event.get(field) for field in fields} for event in _recorded(path, REPLAYED)]
+
+
+def _recorded(path: str, kind: str) -> Iterator[dict[str, Any]]:
+    """The events of ``kind`` in the ``events.jsonl`` at ``path``, skipping lines a kill cut."""
+    marker = f'"event":"{kind}"'.encode()
     try:
         with open(path, "rb") as handle:
             for line in handle:
-                if b'"resumed":true' not in line.replace(b" ", b""):
+                if marker not in line.replace(b" ", b""):
                     continue
                 try:
                     event = json.loads(line)
                 except ValueError:
                     continue  # a line cut by a kill
-                found += isinstance(event, dict) and event.get("event") == STARTED and event.get("resumed") is True
+                if isinstance(event, dict) and event.get("event") == kind:
+                    yield event
     except OSError:
-        return 0
-    return found
+        return

@@ -107,6 +107,39 @@ def test_a_new_agent_after_a_restart_plays_the_group_in_progress_again(redis_url
     assert read_summary(results)["counters"]["replayed_items"] == 1
 
 
+def test_the_summary_names_what_every_run_played_again(redis_url, service_id, tmp_path):
+    """Two resumes, each with a new agent inside the first group: the summary of the last run
+    names both replays, the first one's read back from the events of the run that made it."""
+    results = str(tmp_path / "results")
+    with running_service(phase2(), tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        env = connect(redis_url, service_id)
+        play_stage(env, env.stages[0])  # item 0 done, then the evaluator goes
+        env.close()
+        stop(service, outcome)
+    for last in (False, True):
+        with running_service(
+            phase2(), tests=None, results=results, redis_url=redis_url, service_id=service_id, resume=True
+        ) as (service, outcome):
+            env = connect(redis_url, service_id)  # a new agent: item 0 is played again
+            for stage in env.stages if last else env.stages[:1]:
+                play_stage(env, stage)
+            if last:
+                env.submit()
+                env.close()
+                summary = finish(outcome)
+            else:
+                env.close()
+                stop(service, outcome)
+    assert summary["state"] == "SUCCESS"
+    assert [entry["items"] for entry in summary["replayed"]] == [[0], [0]]
+    assert {entry["group"] for entry in summary["replayed"]} == {"phase2/run0"}
+    assert all("a new agent" in entry["cause"] and entry["records"] >= 1 for entry in summary["replayed"])
+    assert summary["counters"]["replayed_items"] == 2
+
+
 def test_a_takeover_inside_a_group_leaves_the_rest_of_the_group_not_played(redis_url, service_id, tmp_path):
     results = str(tmp_path / "results")
     competition = phase2(step_s=0.2, planning_s=0.2)
