@@ -15,6 +15,7 @@ import faulthandler
 import json
 import logging
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -125,7 +126,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not tests:
             raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
         print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)
-    results_dir, _ = claim_results(args)  # once the settings are checked: a refused command makes no folder
+    results_dir, made_folder = claim_results(args)  # once the settings are checked: a refused command makes no folder
     if args.resume and not any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES):
         # An evaluator killed before its first write leaves nothing to continue, and one started
         # again with --resume (an orchestrator's way) begins it: said, in case the folder is wrong.
@@ -134,19 +135,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "a new one starts there",
             file=sys.stderr,
         )
-    spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True, tests=tests)  # secret unless fixed
-    service = start_service(
-        spec,
-        tests=tests,
-        results_dir=results_dir,
-        redis_url=redis_url,
-        service_id=service_id,
-        progress=progress,
-        resume=args.resume,
-        redis_outage_s=args.redis_outage_timeout,
-        poll_window_us=poll_window_us,
-        redis_private=args.private_redis,
-    )
+    try:
+        spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True, tests=tests)  # secret unless fixed
+        service = start_service(
+            spec,
+            tests=tests,
+            results_dir=results_dir,
+            redis_url=redis_url,
+            service_id=service_id,
+            progress=progress,
+            resume=args.resume,
+            redis_outage_s=args.redis_outage_timeout,
+            poll_window_us=poll_window_us,
+            redis_private=args.private_redis,
+        )
+    except BaseException:  # nothing was evaluated (its Redis out of reach, say): no folder is left of it
+        if made_folder is not None:
+            shutil.rmtree(made_folder, ignore_errors=True)
+        raise
     name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
     summary = run_to_end(service, progress, results_dir)
     return EXIT_CODES[summary["state"]]

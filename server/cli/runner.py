@@ -39,6 +39,7 @@ from arbiter.server.cli.embedded_redis import HOST, EmbeddedRedis
 from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_run
 from arbiter.server.cli.parent_death import death_signal_wrapper
 from arbiter.server.cli.progress import Progress
+from arbiter.server.cli.settings import first_missing
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import Evaluation, State
 from arbiter.server.core.summary import iso_utc, submission_identity
@@ -94,19 +95,6 @@ def _script_without_interpreter(path: str) -> bool:
     except OSError:
         return False  # the start itself says what is wrong
     return not head.startswith(b"#!") and b"\0" not in head
-
-
-def _first_missing(path: str) -> str | None:
-    """The outermost folder of ``path`` that does not exist yet (what a run would create), or None."""
-    missing = None
-    current = os.path.abspath(path)
-    while not os.path.exists(current):
-        missing = current
-        parent = os.path.dirname(current)
-        if parent == current:
-            break
-        current = parent
-    return missing
 
 
 def agent_environment(
@@ -232,7 +220,7 @@ def run_local(
     the agent starts."""
     embedded: EmbeddedRedis | None = None
     announcement: str | None = None
-    created = _first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
+    created = first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
     tcp_clients = get_format(spec.format).tcp_clients  # flatland-rl's own client knows only TCP
     legacy_host = None
     redis_label = None  # how the start line names the Redis: by default, the URL

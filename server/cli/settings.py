@@ -151,15 +151,30 @@ def resolve_service_id(args: argparse.Namespace) -> str:
 DEFAULT_RESULTS_ROOT = "arbiter-results"  # in the current folder
 
 
+def first_missing(path: str) -> str | None:
+    """The outermost folder of ``path`` that does not exist yet (what a run would create), or None."""
+    missing = None
+    current = os.path.abspath(path)
+    while not os.path.exists(current):
+        missing = current
+        parent = os.path.dirname(current)
+        if parent == current:
+            break
+        current = parent
+    return missing
+
+
 def claim_results(args: argparse.Namespace) -> tuple[str, str | None]:
-    """The results folder, and the outermost folder made for it here (None: none was made).
+    """The results folder, and the outermost folder made for it here or to be made by the
+    evaluation (None: there was one): what a command that fails before anything is evaluated
+    removes again.
 
     ``--results`` as given, made later by the evaluation. Else a new folder
     ``arbiter-results/run-<date>-<time>`` made now, with ``-2``, ``-3`` ... after the name when
     another run took it: making it is what claims it, so runs started in the same second never
     share one."""
     if args.results:
-        return args.results, None
+        return args.results, first_missing(args.results)
     made_root = _made(DEFAULT_RESULTS_ROOT)
     os.makedirs(DEFAULT_RESULTS_ROOT, exist_ok=True)
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")

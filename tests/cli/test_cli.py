@@ -169,6 +169,18 @@ def test_serve_with_no_client_ends_after_the_idle_budget(redis_url, service_id, 
     assert "no score" in done.stderr
 
 
+def test_serve_whose_redis_is_out_of_reach_leaves_no_folder_behind(tiny_tests, tmp_path):
+    """Nothing was evaluated: the folder it would have written (and the folders above it that it
+    would have made) are gone again, so a later serve there starts clean, not as a resume."""
+    from arbiter.server.cli.embedded_redis import free_port
+
+    results = tmp_path / "new" / "results"
+    done = arbiter("serve", "--tests", tiny_tests, "--redis-url", f"redis://127.0.0.1:{free_port()}/0",
+                   "--results", str(results), "--redis-outage-timeout", "0.2")  # fmt: skip
+    assert done.returncode != 0 and "unreachable" in done.stderr
+    assert not (tmp_path / "new").exists()
+
+
 def test_serve_reads_flatland_environment_variables(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(

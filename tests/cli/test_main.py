@@ -260,8 +260,10 @@ def test_the_default_results_folder_is_new_even_for_runs_started_in_the_same_sec
     assert second == first + "-2" or second[len("arbiter-results/run-") :] > first[len("arbiter-results/run-") :]
     assert os.path.isdir(first) and os.path.isdir(second)
     assert (first_made, second_made) == ("arbiter-results", second)
-    assert claim_results(args_of("run", "--results", "mine", "--", "agent")) == ("mine", None)
-    assert not os.path.exists("mine")  # a folder given is made by the evaluation, not before
+    # A folder given is made by the evaluation, not before; it is named as the one to remove on a failure.
+    assert claim_results(args_of("run", "--results", "mine", "--", "agent")) == ("mine", str(tmp_path / "mine"))
+    assert not os.path.exists("mine")
+    assert claim_results(args_of("run", "--results", ".", "--", "agent")) == (".", None)  # there already
 
 
 def test_runs_started_together_each_get_their_own_folder_and_redis(tmp_path):
