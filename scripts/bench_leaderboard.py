@@ -1,6 +1,6 @@
 """What rebuilding a competition's board costs: ``arbiter leaderboard`` over N results folders
 (default 1,000) of one Flatland competition, with the figures the evaluations recorded and
-rescored under another rule, timed end to end as an organiser runs it.
+rescored from their records (``--from-records``), timed end to end as an organiser runs it.
 
 The folders are real ones. A few agents (one always moving forward, the others random with
 their own seeds) are evaluated by ``arbiter run`` under the NeurIPS 2020 rule on a test folder of
@@ -18,15 +18,15 @@ Measured, each round (the paths in alternating order):
   reading every folder, ranking, writing leaderboard.json, .csv and .html, printing the table)
   and its peak resident memory (its ``ru_maxrss``, read by the bare interpreter that starts it);
 - with the recorded figures (the board's rule is the evaluations' own: summary.json is read)
-  and rescored (``--set leaderboard.scoring=flatland3``: every folder's episodes.jsonl is read
-  and scored again);
+  and rescored (``--from-records``: every folder's episodes.jsonl is read and scored again, as
+  under a changed rule);
 - in this process: ``build_board`` alone on both paths, and ``render_page`` alone on the board;
 - ``arbiter leaderboard --help``: what any run of the command pays to start (interpreter, imports).
 
 Checked: each board counts the folders made, the debug and the interrupted ones, and ranks every
 participant with a scored submission, each by its best one (the earliest of equals); each row's
 figures are those of the evaluation its submission copied (recorded, or recomputed by ``arbiter
-rescore``'s code under flatland3); the command's leaderboard.json is the board built in this process.
+rescore``'s code); the command's leaderboard.json is the board built in this process.
 
     python scripts/bench_leaderboard.py [--submissions N] [--participants P] [--agents A] [--episodes E]
                                         [--rounds R] [--results-root DIR] [--json [FILE]] [--keep]
@@ -49,7 +49,7 @@ from harness import BenchError, BenchSession, machine_info, machine_line, spread
 from leaderboard_folders import COMPETITION, STOPPED, competition_file, evaluate_agents, make_submissions
 
 SCRIPT = Path(__file__).resolve()
-RESCORING = "flatland3"  # another rule of the format: the board recomputes every figure under it
+RESCORING = "--from-records"  # the board recomputes every figure from the records
 TARGET_SUBMISSIONS = 1000  # the size the targets below are set for
 # No peer rebuilds such a board: the targets are bounds of their own, each judged on its least
 # favourable round (its slowest, its largest), for boards of TARGET_SUBMISSIONS submissions.
@@ -87,9 +87,9 @@ def timed_command(argv: list[str], log: Path) -> dict[str, Any]:
 
 
 def leaderboard_argv(root: Path, competition: Path, out: Path, rescored: bool) -> list[str]:
-    rule = ["--set", f"leaderboard.scoring={RESCORING}"] if rescored else []
+    from_records = [RESCORING] if rescored else []
     return [sys.executable, "-m", "arbiter.server.cli", "leaderboard", "--results-root", str(root),
-            "--competition", str(competition), *rule, "--out", str(out)]  # fmt: skip
+            "--competition", str(competition), *from_records, "--out", str(out)]  # fmt: skip
 
 
 def measure(session: BenchSession, root: Path, competition: Path, rounds: int, say: Any) -> dict[str, Any]:
@@ -98,8 +98,7 @@ def measure(session: BenchSession, root: Path, competition: Path, rounds: int, s
     from arbiter.server.leaderboard.board import build_board
     from arbiter.server.leaderboard.page import render_page
 
-    specs = {"recorded": load_competition(str(competition)),
-             "rescored": load_competition(str(competition), [f"leaderboard.scoring={RESCORING}"])}  # fmt: skip
+    spec = load_competition(str(competition))
     runs: dict[str, list[dict[str, Any]]] = {path: [] for path in ROW_LABELS}
     boards: dict[str, Any] = {}
     for round_ in range(1, rounds + 1):
@@ -110,7 +109,7 @@ def measure(session: BenchSession, root: Path, competition: Path, rounds: int, s
             runs[f"cli_{path}"].append(run)
             boards[f"cli_{path}"] = json.loads((out / "leaderboard.json").read_text(encoding="utf-8"))
             started = time.perf_counter()
-            boards[path] = build_board(specs[path], str(root))
+            boards[path] = build_board(spec, str(root), from_records=path == "rescored")
             runs[f"build_{path}"].append({"wall_s": time.perf_counter() - started})
             alone = runs[f"build_{path}"][-1]["wall_s"]
             say(f"bench: round {round_} {path:<8}: arbiter leaderboard {run['wall_s']:.3f} s, peak "
@@ -129,7 +128,7 @@ def checks(made: dict[str, Any], evaluations: list[Path], boards: dict[str, Any]
 
     recorded = [{f["name"]: f["value"] for f in json.loads((e / "summary.json").read_text())["leaderboard"]["figures"]}
                 for e in evaluations]  # fmt: skip
-    rescored = [rescore(str(e), RESCORING).recomputed for e in evaluations]
+    rescored = [rescore(str(e)).recomputed for e in evaluations]
     expected = {"recorded": [{"normalized_return": r["normalized_return"], "arrived_fraction": r["arrived_fraction"]}
                              for r in recorded],
                 "rescored": [{"normalized_return": r["primary"], "arrived_fraction": r["secondary"]}

@@ -16,9 +16,9 @@ def add_leaderboard_parser(commands: argparse._SubParsersAction) -> None:
         description="Read every results folder of the competition under RESULTS_ROOT/<competition>/ (any folder "
         "holding a summary.json), rank each participant's submission by the competition file's [leaderboard] "
         "table, write leaderboard.html, leaderboard.csv and leaderboard.json, and print the table. Nothing is "
-        "stored between builds: the board is rebuilt from the folders and the competition file each time, so a "
-        "changed rule ([leaderboard] scoring) rebuilds it from the records. Debug submissions never appear; "
-        "failed and unscored ones are listed apart.",
+        "stored between builds: the board is rebuilt from the folders and the competition file each time, from "
+        "the records under a changed rule ([leaderboard] scoring) or with --from-records. Debug submissions never "
+        "appear; failed and unscored ones are listed apart.",
         epilog="exit status: 0 when the board is written, 2 on bad input (unknown competition, no results, a "
         "hidden phase without --reveal ...)",
     )
@@ -46,6 +46,11 @@ def add_leaderboard_parser(commands: argparse._SubParsersAction) -> None:
         help="write the board of a hidden phase ([leaderboard] hidden_phases)",
     )
     board.add_argument("--diff", metavar="OLD.json", help="an earlier leaderboard.json: print who moved since")
+    board.add_argument(
+        "--from-records",
+        action="store_true",
+        help="recompute every figure from the folders' episodes.jsonl, trusting no summary.json's (an audit)",
+    )
 
 
 def cmd_leaderboard(args: argparse.Namespace) -> int:
@@ -56,7 +61,13 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
     spec = load_competition(args.competition, args.set)
     old = read_board(args.diff) if args.diff else None  # read before writing: OLD may be the file rewritten
     board = build_board(
-        spec, args.results_root, phase=args.phase, ranking=args.ranking, policy=args.policy, reveal=args.reveal
+        spec,
+        args.results_root,
+        phase=args.phase,
+        ranking=args.ranking,
+        policy=args.policy,
+        reveal=args.reveal,
+        from_records=args.from_records,
     )
     suffix = f"-{board['phase']}" if board["phase"] is not None else ""
     out = args.out or os.path.join(args.results_root, "leaderboards", f"{spec.name}{suffix}")

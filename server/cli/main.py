@@ -240,7 +240,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_rescore(args: argparse.Namespace) -> int:
     from arbiter.server.core.rescore import as_text, rescore
 
-    found = rescore(args.results, args.scoring)
+    try:
+        found = rescore(args.results, args.scoring)
+    except ConfigError:
+        raise
+    except ValueError as exc:  # records the rule cannot score (another reward model's, say)
+        raise ConfigError(f"{args.results} cannot be rescored: {exc}") from None
+    except (TypeError, AttributeError, KeyError, ArithmeticError) as exc:  # records edited by hand, or damaged
+        raise ConfigError(
+            f"{args.results} cannot be rescored: its records hold what no evaluation writes "
+            f"({type(exc).__name__}: {exc})"
+        ) from None
     print(json.dumps(found.as_dict(), indent=2) if args.json else as_text(found))
     return 0 if found.matches else 1
 

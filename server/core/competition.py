@@ -23,7 +23,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.formats import format_names, get_format, presets_dirs
 from arbiter.server.formats.base import options_from_dict
-from arbiter.server.leaderboard.policy import LeaderboardPolicy, check_columns, leaderboard_policy
+from arbiter.server.leaderboard.policy import LeaderboardPolicy, check_columns, check_fields, leaderboard_policy
 
 DEFAULT_COMPETITION = "flatland-neurips2020"
 DEBUG_COMPETITION = "flatland-debug"
@@ -308,5 +308,6 @@ def _check_leaderboard(spec: CompetitionSpec, source: str) -> None:
         )
     from arbiter.server.core.scoring import scoring_rule  # the rule as evaluations make it
 
-    figure_names = tuple(scoring_rule(spec.format, rule, spec.options).figure_names)
-    check_columns(spec.leaderboard, figure_names, str(rule), source)
+    made = scoring_rule(spec.format, rule, spec.options)
+    check_columns(spec.leaderboard, tuple(made.figure_names), str(rule), source)
+    check_fields(spec.leaderboard, tuple(made.figure_names), tuple(made.context_names), str(rule), source)

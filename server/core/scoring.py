@@ -23,6 +23,7 @@ class ScoringRule(Protocol):
     name: str
     higher_is_better: bool
     figure_names: tuple[str, ...]  # what ``figures`` reports: the names a [leaderboard] column may use
+    context_names: tuple[str, ...]  # what ``context`` reports: the fields achievements and ``per`` may use
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
         """At least primary, secondary, primary_name, secondary_name and spread; summary.json's

@@ -207,6 +207,8 @@ class Rule(ABC):
     # The names of the figures ``figures`` reports: what a competition file's [leaderboard]
     # columns may name, checked when the file is loaded.
     figure_names: tuple[str, ...] = ("primary", "secondary")
+    # The fields ``context`` reports: what an achievement's condition and [leaderboard] per may name.
+    context_names: tuple[str, ...] = ()
 
     def __init__(self, options: Any = None):
         self.options = options

@@ -16,8 +16,9 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.rescore import read_summary
 from arbiter.server.core.scoring import scoring_rule
-from arbiter.server.leaderboard.entries import Entry, check_columns, read_entry, results_folders
+from arbiter.server.leaderboard.entries import Entry, check_columns, read_entry, rescored, results_folders
 from arbiter.server.leaderboard.policy import Achievement
 from arbiter.server.leaderboard.ranking import BoardColumn, Placed, choose, not_separable, place, position_among
 
@@ -31,17 +32,16 @@ def build_board(
     policy: str | None = None,
     reveal: bool = False,
     now: datetime.datetime | None = None,
+    from_records: bool = False,
 ) -> dict[str, Any]:
     """The board of ``spec`` over ``results_root/<competition>/`` (leaderboard.json's content);
-    ``ranking`` and ``policy`` None: the competition file's."""
+    ``ranking`` and ``policy`` None: the competition file's. ``from_records``: every figure
+    recomputed from the folders' episodes.jsonl, none taken from their summary.json."""
     settings = spec.leaderboard
     ranking = ranking or settings.ranking
     policy = policy or settings.policy
     phase = phase if phase is not None else settings.phase
-    if phase is not None and phase in settings.hidden_phases and not reveal:
-        raise ConfigError(
-            f"the {phase!r} board of {spec.name} is hidden until the organiser reveals it: add --reveal to write it"
-        )
+    _refuse_hidden(spec, phase, reveal)
     rule_name = str(settings.scoring or spec.scoring)
     folder = os.path.join(results_root, spec.name)
     if not os.path.isdir(folder):
@@ -51,7 +51,7 @@ def build_board(
         raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
     names = _column_names(spec, rule_name)
     entries = [
-        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=())
+        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=(), from_records=from_records)
         for d in results_folders(folder)
     ]
     folders = len(entries)
@@ -61,6 +61,8 @@ def build_board(
     phases = sorted({e.phase for e in entries if e.phase is not None})
     if phase is None and len(phases) > 1:
         raise ConfigError(f"the results of {spec.name} hold the phases {', '.join(phases)}: choose one with --phase")
+    if phase is None and phases:  # the one phase the results hold is the board's: it may be hidden
+        _refuse_hidden(spec, phases[0], reveal)
     if phase is not None:
         if entries and phase not in phases:
             held = f"the phases {', '.join(phases)}" if phases else "no phase"
@@ -71,7 +73,11 @@ def build_board(
     for entry in entries:
         check_columns(entry, names)
     scored = [e for e in entries if e.problem is None]
-    columns = _columns(names, scored, rule_name)
+    described = _described_by_the_rule(scored, rule_name)
+    for entry in scored:
+        entry.problem = _described_otherwise(entry, described)
+    scored = [e for e in scored if e.problem is None]
+    columns = _columns(names, scored, described)
     per = settings.per
     groups = sorted({_group(e, per) for e in scored}, key=str) if per else [None]
     rows: list[dict[str, Any]] = []
@@ -126,6 +132,13 @@ def _group(entry: Entry, per: str) -> str:
     return _group_of({per: entry.described_by(per)}, per)
 
 
+def _refuse_hidden(spec: CompetitionSpec, phase: str | None, reveal: bool) -> None:
+    if phase is not None and phase in spec.leaderboard.hidden_phases and not reveal:
+        raise ConfigError(
+            f"the {phase!r} board of {spec.name} is hidden until the organiser reveals it: add --reveal to write it"
+        )
+
+
 def _column_names(spec: CompetitionSpec, rule_name: str) -> tuple[str, ...]:
     if spec.leaderboard.columns:
         return spec.leaderboard.columns
@@ -148,12 +161,42 @@ def _phase_columns(
     return kept, tuple(c for c in names if c not in kept)
 
 
-def _columns(names: tuple[str, ...], scored: list[Entry], rule_name: str) -> list[BoardColumn]:
-    """The board's columns, titled and directed as the figures say (the first entry holding each)."""
+Description = tuple[str, str, str]  # a figure's title, direction and format spec
+
+
+def _described_by_the_rule(scored: list[Entry], rule_name: str) -> dict[str, Description]:
+    """How the rule itself titles, directs and formats each figure, from the first folder whose
+    records it can score: a folder's own summary.json may have been edited."""
+    for entry in scored:
+        try:
+            figures, _ = rescored(entry.results_dir, read_summary(entry.results_dir), rule_name)
+        except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError):
+            continue
+        return {f["name"]: (str(f["title"]), f["direction"], f["spec"]) for f in figures}
+    return {}
+
+
+def _described_otherwise(entry: Entry, described: dict[str, Description]) -> str | None:
+    """Why the entry's figures cannot be ranked with the rule's: its summary describes one as the
+    rule does not (a column ranked the other way, say); None when they agree."""
+    for name, figure in entry.figures.items():
+        found = (figure["title"], figure["direction"], figure["spec"])
+        if name in described and found != described[name]:
+            return (
+                f"its summary.json gives the figure {name!r} (title, direction, format) as {found}, the rule as "
+                f"{described[name]}: edited or damaged (`arbiter rescore` names what differs)"
+            )
+    return None
+
+
+def _columns(names: tuple[str, ...], scored: list[Entry], described: dict[str, Description]) -> list[BoardColumn]:
+    """The board's columns, titled and directed as the rule says (else as the first figure says)."""
     columns = []
     for name in names:
         figure = next((e.figures[name] for e in scored if name in e.figures), None)
-        if figure is None:
+        if name in described:
+            columns.append(BoardColumn(name, *described[name]))
+        elif figure is None:
             columns.append(BoardColumn(name, name, "higher"))
         else:
             columns.append(BoardColumn(name, figure["title"], figure["direction"], figure["spec"]))

@@ -19,7 +19,7 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.rescore import EPISODES_FILE, SUMMARY_FILE, read_summary, summary_rule
 from arbiter.server.formats import get_format
-from arbiter.server.service.records_file import read_records
+from arbiter.server.service.records_file import read_items
 
 SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
 RUNNING_STATE = "RUNNING"
@@ -41,7 +41,7 @@ class Entry:
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)  # name → value, direction, spread ...
     context: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the evaluation's options, as recorded
-    rescored: bool = False  # figures recomputed under a rule other than the evaluation's own
+    rescored: bool = False  # figures recomputed from its records (another rule, or none recorded, or asked)
     problem: str | None = None  # why it cannot be ranked (None: it can)
 
     @property
@@ -88,9 +88,18 @@ def results_folders(root: str) -> list[str]:
     return found
 
 
-def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str, columns: tuple[str, ...]) -> Entry:
+def read_entry(
+    results_dir: str,
+    root: str,
+    *,
+    format_name: str,
+    rule_name: str,
+    columns: tuple[str, ...],
+    from_records: bool = False,
+) -> Entry:
     """The folder as an entry of a board scored by ``rule_name``; a folder that cannot be ranked
-    carries its ``problem``, never an exception (one bad folder does not hide the others)."""
+    carries its ``problem``, never an exception (one bad folder does not hide the others).
+    ``from_records``: its figures recomputed from its episodes.jsonl even under its own rule."""
     relative = os.path.relpath(results_dir, root)
     try:
         summary = read_summary(results_dir)
@@ -125,7 +134,7 @@ def read_entry(results_dir: str, root: str, *, format_name: str, rule_name: str,
         entry.problem = f"the evaluation ended {entry.state}" + (f": {entry.cause}" if entry.cause else "")
         return entry
     try:
-        _score(entry, summary, rule_name)
+        _score(entry, summary, rule_name, from_records)
     except (ConfigError, OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         entry.problem = f"cannot be scored under {rule_name!r}: {exc}"
         return entry
@@ -147,25 +156,38 @@ def _submitted_at(identity: dict[str, Any], summary: dict[str, Any]) -> str | No
     return str(found or summary.get("started_at") or "") or None
 
 
-def _score(entry: Entry, summary: dict[str, Any], rule_name: str) -> None:
-    """The entry's figures: as recorded under the evaluation's own rule, else recomputed."""
+def _score(entry: Entry, summary: dict[str, Any], rule_name: str, from_records: bool = False) -> None:
+    """The entry's figures: as recorded under the evaluation's own rule, else (or ``from_records``)
+    recomputed from its records."""
     recorded = summary.get("leaderboard") if isinstance(summary.get("leaderboard"), dict) else {}
-    if summary.get("scoring") == rule_name and recorded.get("figures"):
+    if not from_records and summary.get("scoring") == rule_name and recorded.get("figures"):
         entry.figures = {f["name"]: _figure(f) for f in recorded["figures"]}
         entry.context = dict(recorded.get("context") or {})
         _check_plain(entry)
         return
-    spec, rule = summary_rule(entry.results_dir, summary, rule_name)
-    records = read_records(os.path.join(entry.results_dir, EPISODES_FILE))
+    figures, context = rescored(entry.results_dir, summary, rule_name)
+    entry.figures = {f["name"]: _figure(f) for f in figures}
+    entry.context = context
+    entry.rescored = True
+    _check_plain(entry)
+
+
+def rescored(results_dir: str, summary: dict[str, Any], rule_name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The figures and context of ``rule_name`` for the folder, from its episodes.jsonl: every
+    item its summary says was recorded, whole and undamaged, or a ValueError that says why not."""
+    spec, rule = summary_rule(results_dir, summary, rule_name)
+    stored = read_items(os.path.join(results_dir, EPISODES_FILE))
+    if stored.damage is not None:
+        raise ValueError(f"{EPISODES_FILE} is damaged after its {len(stored.items)} whole items ({stored.damage})")
+    recorded = (summary.get("items") or {}).get("recorded") if isinstance(summary.get("items"), dict) else None
+    if isinstance(recorded, int) and recorded != len(stored.items):
+        raise ValueError(f"{EPISODES_FILE} holds {len(stored.items)} whole items, its summary.json {recorded}")
     hook = get_format(spec.format).rescore
-    scored = hook(rule, records) if hook is not None else records
+    scored = hook(rule, stored.records) if hook is not None else stored.records
     if not scored:
         raise ValueError(f"{EPISODES_FILE} holds no records")
     score = json.loads(json.dumps(rule.aggregate(scored)))  # as summary.json would hold it
-    entry.figures = {f["name"]: _figure(f) for f in rule.figures(scored, score)}
-    entry.context = dict(rule.context(scored, score))
-    entry.rescored = summary.get("scoring") != rule_name
-    _check_plain(entry)
+    return rule.figures(scored, score), dict(rule.context(scored, score))
 
 
 def _check_plain(entry: Entry) -> None:
@@ -178,16 +200,43 @@ def _check_plain(entry: Entry) -> None:
 
 
 def _figure(figure: dict[str, Any]) -> dict[str, Any]:
+    """One figure of a summary's leaderboard block, checked: a summary edited by hand or damaged
+    is a ValueError that names what is wrong, never a figure that breaks the board."""
+    name = figure.get("name")
     value = figure.get("value")
-    if value is not None and (type(value) not in (int, float) or not math.isfinite(value)):
-        raise ValueError(f"figure {figure.get('name')!r} is {str(value)[:40]!r}, not a finite number")
-    spread = figure.get("spread") or {}
+    if value is not None and not _finite(value):
+        raise ValueError(f"figure {name!r} is {str(value)[:40]!r}, not a finite number")
+    direction, spec = figure.get("direction", "higher"), figure.get("spec") or ".4f"
+    if direction not in ("higher", "lower"):
+        raise ValueError(f"figure {name!r} is ranked {_shown(direction)}, neither 'higher' nor 'lower'")
+    try:
+        format(1.0, spec)
+    except (TypeError, ValueError):
+        raise ValueError(f"figure {name!r} has the format spec {_shown(spec)}, which formats no number") from None
+    spread = figure.get("spread") if isinstance(figure.get("spread"), dict) else {}
+    ci95, std, n = spread.get("ci95"), spread.get("std"), spread.get("n")
+    if ci95 is not None and not (
+        isinstance(ci95, list) and len(ci95) == 2 and all(_finite(bound) for bound in ci95) and ci95[0] <= ci95[1]
+    ):
+        raise ValueError(f"figure {name!r} has the interval {_shown(ci95)}, not [low, high]")
+    if std is not None and not (_finite(std) and std >= 0):
+        raise ValueError(f"figure {name!r} has the standard deviation {_shown(std)}")
+    if n is not None and not (type(n) is int and n >= 0):
+        raise ValueError(f"figure {name!r} has the count {_shown(n)}")
     return {
         "value": value,
-        "title": figure.get("title") or figure["name"],
-        "direction": figure.get("direction", "higher"),
-        "spec": figure.get("spec") or ".4f",
-        "ci95": spread.get("ci95"),
-        "std": spread.get("std"),
-        "n": spread.get("n"),
+        "title": str(figure.get("title") or name),
+        "direction": direction,
+        "spec": spec,
+        "ci95": ci95,
+        "std": std,
+        "n": n,
     }
+
+
+def _shown(value: Any) -> str:
+    return repr(value)[:40]
+
+
+def _finite(value: Any) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)

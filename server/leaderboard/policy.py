@@ -185,6 +185,26 @@ def check_columns(policy: LeaderboardPolicy, figure_names: tuple[str, ...], rule
         )
 
 
+def check_fields(
+    policy: LeaderboardPolicy, figure_names: tuple[str, ...], context_names: tuple[str, ...], rule: str, source: str
+) -> None:
+    """Every field an achievement's condition reads is a figure or a context field of the rule,
+    and ``per`` a context field: a typo would be an achievement nobody unlocks, or one group."""
+    known = (*figure_names, *context_names)
+    for achievement in policy.achievements:
+        for condition in achievement.conditions:
+            if condition.field not in known:
+                raise ConfigError(
+                    f"{source}: [[leaderboard.achievements]] {achievement.name!r}: {condition.text!r} reads "
+                    f"{condition.field!r}, which rule {rule!r} does not report; it reports {', '.join(known)}"
+                )
+    if policy.per is not None and policy.per not in context_names:
+        fields = ", ".join(context_names) if context_names else "none"
+        raise ConfigError(
+            f"{source}: [leaderboard] per {policy.per!r} is not a context field of rule {rule!r} (its fields: {fields})"
+        )
+
+
 def _names(value: Any, where: str, example: str) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, (str, int)) and str(v) for v in value):
         raise ConfigError(f"{where} must be a list of {example}, got {value!r}")

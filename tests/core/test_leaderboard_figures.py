@@ -161,7 +161,7 @@ def test_flatland3s_summed_primary_has_the_spread_of_its_sum():
     assert low < summed["value"] < high and high - low > 1.0  # an interval of the sum, not of the mean
 
 
-def test_diambra_and_metalc_say_what_they_played_beside_their_figures(diambra, metalc, flatland, two_phase):
+def test_diambra_metalc_and_two_phase_say_what_they_played_beside_their_figures(diambra, metalc, flatland, two_phase):
     assert read_summary(diambra)["leaderboard"]["context"] == {
         "game": "doapp",
         "difficulty": "hard",
@@ -169,7 +169,8 @@ def test_diambra_and_metalc_say_what_they_played_beside_their_figures(diambra, m
         "engine": "mock",
     }
     assert read_summary(metalc)["leaderboard"]["context"] == {"phase": "dev"}
-    assert read_summary(flatland)["leaderboard"]["context"] == read_summary(two_phase)["leaderboard"]["context"] == {}
+    assert read_summary(two_phase)["leaderboard"]["context"] == {"env": read_summary(two_phase)["tests"]}
+    assert read_summary(flatland)["leaderboard"]["context"] == {}
 
 
 def test_run_with_a_participant_writes_who_and_when_and_without_one_writes_no_identity(flatland, two_phase):

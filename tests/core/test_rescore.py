@@ -187,11 +187,26 @@ def test_a_damaged_line_before_whole_items_is_named_not_taken_for_a_torn_tail(fl
     )
 
 
-def test_another_rule_is_applied_on_request_and_never_matches(flatland_results):
+def test_another_rule_of_another_reward_model_is_refused(flatland_results):
+    """flatland3 scores the rewards of flatland's own reward model: a NeurIPS 2020 evaluation's
+    rewards say nothing of what that model would have paid, so no figure is made up from them."""
     done = arbiter("rescore", flatland_results, "--scoring", "flatland3")
-    assert done.returncode == 1, done.stdout + done.stderr
-    assert "scoring: 'flatland3' applied, 'neurips2020' recorded" in done.stdout
-    assert done.stdout.startswith(f"{len(lines_of(flatland_results))} records, format flatland, rule flatland3")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert "cannot be rescored: episode 0's reward was earned under flatland's 'neurips2020' reward model" in (
+        done.stderr
+    )
+
+
+def test_records_no_evaluation_writes_are_a_clear_error(flatland_results, tmp_path):
+    for name, edit in {"nan": lambda r: {**r, "reward": float("nan")}, "text": lambda r: {**r, "reward": "x"}}.items():
+        copy = tmp_path / name
+        shutil.copytree(flatland_results, copy)
+        records = lines_of(str(copy))
+        (copy / "episodes.jsonl").write_text("".join(json.dumps(edit(r)) + "\n" for r in records))
+        done = arbiter("rescore", str(copy))
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"{copy} cannot be rescored: its records hold what no evaluation writes" in done.stderr
 
 
 # -- what cannot be rescored, and formats without a hook --------------------------------------------

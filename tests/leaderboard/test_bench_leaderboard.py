@@ -82,7 +82,7 @@ def test_the_benchmark_counts_and_ranks_the_folders_it_made(tmp_path: Path) -> N
         assert target["judged"] == pytest.approx(judged) and target["met"] is (judged <= bound)
         assert "at 1,000 submissions (measured at 30)" in line
         assert line.split(": ", 1)[1].startswith("met" if target["met"] else "NOT met"), line
-    assert "arbiter leaderboard, rescored (flatland3)" in done.stdout
+    assert "arbiter leaderboard, rescored (--from-records)" in done.stdout
 
 
 @pytest.mark.timeout(120)

@@ -3,6 +3,7 @@ written by hand, each rank recomputed here by counting, independently of the ran
 
 from __future__ import annotations
 
+import json
 import random
 from fractions import Fraction
 from pathlib import Path
@@ -235,6 +236,8 @@ def test_a_hidden_phase_needs_reveal_and_mixed_phases_need_a_choice(tmp_path):
         ('[[leaderboard.achievements]]\nname = "x"\nwhen = ["env > \'a\'"]', "compares numbers"),
         ('[[leaderboard.achievements]]\nname = "x"', "else everyone has it"),
         ('[leaderboard]\nbaselines = ["dir"]', "each baseline is"),
+        ('[[leaderboard.achievements]]\nname = "x"\nwhen = ["phase2 > 3"]', "reads 'phase2', which rule"),
+        ('[leaderboard]\nper = "gmae"', "per 'gmae' is not a context field of rule 'two-phase' \\(its fields: env\\)"),
     ],
 )
 def test_a_bad_leaderboard_table_is_refused_when_the_file_is_loaded(tmp_path, table, message):
@@ -250,13 +253,15 @@ def test_no_results_of_the_competition_is_a_clear_error(tmp_path):
 
 
 def test_a_board_per_game_counts_a_failed_submission_to_that_game(tmp_path):
-    spec = load_competition(
-        str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]\nper = "game"'))
-    )
+    table = '[leaderboard]\ncolumns = ["score"]\nper = "game"'
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", table, head='format = "diambra"')))
     doapp, sfiii = {"game": "doapp"}, {"game": "sfiii3n"}
-    write_folder(tmp_path, "cup", "ben-1", "ben", {"phase1": 10.0}, minutes=1, context=doapp, options=doapp)
-    write_folder(tmp_path, "cup", "ben-2", "ben", {}, minutes=2, state="INTERRUPTED", options=doapp)  # no context
-    write_folder(tmp_path, "cup", "ben-3", "ben", {"phase1": 5.0}, minutes=3, context=sfiii, options=sfiii)
+    diambra = {"fmt": "diambra", "scoring": "diambra"}
+    write_folder(tmp_path, "cup", "ben-1", "ben", {"score": 10.0}, minutes=1, context=doapp, options=doapp, **diambra)
+    write_folder(
+        tmp_path, "cup", "ben-2", "ben", {}, minutes=2, state="INTERRUPTED", options=doapp, **diambra
+    )  # no context
+    write_folder(tmp_path, "cup", "ben-3", "ben", {"score": 5.0}, minutes=3, context=sfiii, options=sfiii, **diambra)
     rows = build_board(spec, str(tmp_path))["rows"]
     assert [(r["group"], r["submissions"], r["last_submission_at"][11:16]) for r in rows] == [
         ("doapp", 2, "00:02"),
@@ -273,3 +278,42 @@ def test_a_tie_of_many_names_a_few_and_counts_the_rest(tmp_path):
     board = build_board(spec, str(tmp_path))
     assert board["rows"][0]["tied_with"] == ["b", "c", "d", "e", "f"]  # the JSON keeps every name
     assert "tied with b, c, d and 2 others, placed by submission time" in board_text(board).splitlines()[2]
+
+
+def test_the_one_phase_the_results_hold_is_hidden_too_when_the_board_names_none(tmp_path):
+    table = '[leaderboard]\ncolumns = ["phase1"]\nhidden_phases = ["final"]'
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", table)))
+    write_folder(tmp_path, "cup", "final-a", "a", {"phase1": 300.0}, minutes=1, phase="final")
+    with pytest.raises(ConfigError, match="the 'final' board of cup is hidden until the organiser reveals it"):
+        build_board(spec, str(tmp_path))
+    assert [r["submission"] for r in build_board(spec, str(tmp_path), reveal=True)["rows"]] == ["final-a"]
+
+
+@pytest.mark.parametrize(
+    ("spread", "cause"),
+    [
+        ({"ci95": 5}, "has the interval 5, not [low, high]"),
+        ({"ci95": [-3, "x"]}, "has the interval [-3, 'x'], not [low, high]"),
+        ({"ci95": [2, 1]}, "has the interval [2, 1], not [low, high]"),
+        ({"std": -1}, "has the standard deviation -1"),
+        ({"n": "12"}, "has the count '12'"),
+        ({"direction": "sideways"}, "is ranked 'sideways', neither 'higher' nor 'lower'"),
+        ({"spec": "zz"}, "has the format spec 'zz', which formats no number"),
+    ],
+)
+def test_a_summary_whose_figure_is_no_figure_leaves_only_its_folder_unranked(tmp_path, spread, cause):
+    """Edited by hand or damaged: the folder is listed apart with the cause, the board of the
+    others is written, and the columns are what the rule says, not what the bad folder says."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    write_folder(tmp_path, "cup", "sub-ok", "ok", {"phase1": 300.0}, minutes=2, intervals={"phase1": [290.0, 310.0]})
+    bad = write_folder(tmp_path, "cup", "sub-bad", "bad", {"phase1": 900.0}, minutes=1)
+    summary = json.loads((bad / "summary.json").read_text())
+    figure = summary["leaderboard"]["figures"][0]
+    for key, value in spread.items():
+        (figure if key in ("direction", "spec") else figure["spread"])[key] = value
+    (bad / "summary.json").write_text(json.dumps(summary))
+    board = build_board(spec, str(tmp_path))
+    assert [r["participant"] for r in board["rows"]] == ["ok"]
+    assert board["columns"][0]["direction"] == "higher"
+    [unranked] = board["unranked"]
+    assert unranked["participant"] == "bad" and cause in unranked["cause"]

@@ -1,12 +1,13 @@
 """The Flatland board on real evaluations: starter-kit agents on a small generated test folder,
 evaluated as a worker evaluates them, every figure derived here from episodes.jsonl by the
 community's formulas (docs/formats/flatland.md) and every rank counted here, never by
-server/leaderboard/. A changed rule ([leaderboard] scoring) rebuilds the board from the records."""
+server/leaderboard/. A board rebuilt from the records (--from-records) ranks the same figures."""
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import sys
 import textwrap
 
@@ -32,7 +33,6 @@ from arbiter.server.leaderboard.board import build_board
 
 NAME = "flatland-cup"  # the competition: its results are under RESULTS_ROOT/flatland-cup/
 COLUMNS = {"normalized_return": "higher", "arrived_fraction": "higher"}  # the preset's
-RESCORE_STATUS = 1  # `arbiter rescore` under another rule: its figures differ from the recorded ones
 HEAD = """
 format = "flatland"
 scoring = "neurips2020"
@@ -105,17 +105,13 @@ def neurips2020_figures(records: list[dict]) -> dict[str, float]:
     }
 
 
-def flatland3_figures(records: list[dict]) -> dict[str, float]:
-    """flatland-rl's own rule on the same records: a finished episode scores its normalized
-    reward + 1, an unfinished one 0 (its arrived fraction too); the sum, then the mean arrived."""
-    returns = [r["reward"] / (r["max_episode_steps"] * r["num_agents"]) + 1.0 if finished(r) else 0.0 for r in records]
-    arrived = [r["arrived"] / r["num_agents"] if finished(r) else 0.0 for r in records]
-    return {"normalized_return": math.fsum(returns), "arrived_fraction": math.fsum(arrived) / len(arrived)}
-
-
-def scored(cup, figures=neurips2020_figures) -> list[Scored]:
+def scored(cup) -> list[Scored]:
     spec, root, subs, _ = cup
-    return [Scored(s, figures(episodes(root, NAME, s))) for s in subs.values() if not s.debug and s.label != "carol"]
+    return [
+        Scored(s, neurips2020_figures(episodes(root, NAME, s)))
+        for s in subs.values()
+        if not s.debug and s.label != "carol"
+    ]
 
 
 def variant(cup, folder: str, leaderboard: str) -> str:
@@ -173,27 +169,30 @@ def test_round_twos_sum_is_a_column_a_competition_can_rank_by(cup):
     assert_no_debug(board, [subs["alice-debug"]])
 
 
-def test_another_rule_rebuilds_the_board_from_the_records_and_diff_says_who_moved(cup, capsys):
+def test_a_board_from_the_records_ranks_as_counted_and_diff_says_who_moved(cup, capsys):
+    """Every figure recomputed from episodes.jsonl (--from-records, an audit that trusts no
+    summary.json), under a changed table: the rows are the ones counted here, each figure the one
+    `arbiter rescore` recomputes, and --diff says who moved since the board built before."""
     spec, root, subs, base = cup
     old = base / "old-leaderboard.json"
     assert main(["leaderboard", "--results-root", str(root), "--competition", str(base / f"{NAME}.toml"),
                  "--out", str(base / "old"), "--json"]) == 0  # fmt: skip
     old.write_text(capsys.readouterr().out)
-    rescored_file = variant(cup, "flatland3", '[leaderboard]\ncolumns = ["normalized_return", "arrived_fraction"]\n'
-                            'scoring = "flatland3"\n')  # fmt: skip
-    board = build_board(load_competition(rescored_file), str(root))
-    assert board["scoring"] == "flatland3" and all(r["rescored"] for r in board["rows"])
-    expected = expected_rows(scored(cup, flatland3_figures), COLUMNS, "lexicographic", "best")
-    assert_rows(board["rows"], expected, COLUMNS)
-    for row in board["rows"]:  # the figures `arbiter rescore --scoring flatland3` recomputes
-        assert main(["rescore", str(root / row["results"]), "--scoring", "flatland3", "--json"]) == RESCORE_STATUS
+    columns = {"arrived_fraction": "higher", "normalized_return": "higher"}  # arrivals first now
+    changed = variant(cup, "arrivals-first", '[leaderboard]\ncolumns = ["arrived_fraction", "normalized_return"]\n')
+    board = build_board(load_competition(changed), str(root), from_records=True)
+    assert board["scoring"] == "neurips2020" and all(r["rescored"] for r in board["rows"])
+    expected = expected_rows(scored(cup), columns, "lexicographic", "best")
+    assert_rows(board["rows"], expected, columns)
+    for row in board["rows"]:  # the figures `arbiter rescore` recomputes
+        assert main(["rescore", str(root / row["results"]), "--json"]) == 0
         recomputed = json.loads(capsys.readouterr().out)["recomputed"]
         assert row["figures"]["normalized_return"]["value"] == recomputed["primary"]
         assert row["figures"]["arrived_fraction"]["value"] == recomputed["secondary"]
     assert_unranked(board, [subs["carol"]])
     assert_no_debug(board, [subs["alice-debug"]])
 
-    assert main(["leaderboard", "--results-root", str(root), "--competition", rescored_file,
+    assert main(["leaderboard", "--results-root", str(root), "--competition", changed, "--from-records",
                  "--out", str(base / "new"), "--diff", str(old)]) == 0  # fmt: skip
     printed = capsys.readouterr().out
     was = {r.entry.participant: r.rank for r in expected_rows(scored(cup), COLUMNS, "lexicographic", "best")}
@@ -206,3 +205,53 @@ def test_another_rule_rebuilds_the_board_from_the_records_and_diff_says_who_move
             moved.append(f"  {row.entry.participant}: {before} → {row.rank} ({way} {abs(before - row.rank)})")
     tail = printed.split(f"since {old}:", 1)[1].splitlines()
     assert tail == ([""] + moved if moved else [" nobody moved"])
+
+
+def test_a_rule_of_another_reward_model_ranks_none_and_says_why(cup):
+    """flatland3 scores the rewards of flatland's own reward model; these evaluations earned theirs
+    under NeurIPS 2020's, which say nothing of what the other model would have paid."""
+    _, root, subs, _ = cup
+    spec = load_competition(variant(cup, "flatland3", '[leaderboard]\nscoring = "flatland3"\n'))
+    board = build_board(spec, str(root))
+    assert board["rows"] == []
+    causes = {u["participant"] + "/" + u["submission"]: u["cause"] for u in board["unranked"]}
+    scored_ones = [s for s in subs.values() if not s.debug and s.label != "carol"]
+    assert sorted(causes) == sorted(f"{s.participant}/{s.id}" for s in [*scored_ones, subs["carol"]])
+    for submission in scored_ones:
+        assert (
+            "reward was earned under flatland's 'neurips2020' reward model"
+            in causes[f"{submission.participant}/{submission.id}"]
+        )
+
+
+def test_a_summary_that_says_otherwise_than_the_rule_or_damaged_records_leave_only_their_folder_apart(cup, tmp_path):
+    """bob's summary.json edited to rank normalized_return lower-is-better (a valid direction, not
+    the rule's); dave's episodes.jsonl damaged in its middle; alice's first one cut by an item.
+    The board ranks the rest as before, with the rule's columns; --from-records reads records
+    and refuses the damaged and the cut ones."""
+    spec, root, subs, _ = cup
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    folder = {label: copy / NAME / subs[label].id for label in ("bob", "dave", "alice-random")}
+    summary_file = folder["bob"] / "summary.json"
+    edited = json.loads(summary_file.read_text())
+    edited["leaderboard"]["figures"][0]["direction"] = "lower"
+    summary_file.write_text(json.dumps(edited))
+    dave = (folder["dave"] / "episodes.jsonl").read_text().splitlines(keepends=True)
+    (folder["dave"] / "episodes.jsonl").write_text(dave[0] + "{damaged\n" + "".join(dave[2:]))
+    alice = (folder["alice-random"] / "episodes.jsonl").read_text().splitlines(keepends=True)
+    (folder["alice-random"] / "episodes.jsonl").write_text("".join(alice[:-1]))  # its last item gone whole
+
+    board = build_board(spec, str(copy))
+    assert [(c["name"], c["direction"]) for c in board["columns"]] == list(COLUMNS.items())
+    causes = {u["participant"]: u["cause"] for u in board["unranked"]}
+    assert "its summary.json gives the figure 'normalized_return'" in causes["bob"]
+    assert "'lower'" in causes["bob"] and "'higher'" in causes["bob"]
+    assert {r["participant"] for r in board["rows"]} == {"alice", "dave"}  # their summaries are intact
+
+    audited = build_board(spec, str(copy), from_records=True)
+    causes = {u["submission"]: u["cause"] for u in audited["unranked"]}
+    assert "episodes.jsonl is damaged after its 1 whole items" in causes[subs["dave"].id]
+    assert "episodes.jsonl holds 2 whole items, its summary.json 3" in causes[subs["alice-random"].id]
+    # bob's records are intact: from them, his figures are the rule's; alice ranks by her other one
+    assert {r["participant"] for r in audited["rows"]} == {"bob", "alice"}

@@ -233,6 +233,7 @@ class DiambraRule(DifficultyWeightedRule):
 
     name = "diambra"
     figure_names = ("score", "reward")
+    context_names = ("game", "difficulty", "level", "engine")
 
     def aggregate(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         figures = super().aggregate(records)

@@ -154,6 +154,7 @@ class FlatlandPlan(Plan):
             "max_episode_steps": max_steps,
             "steps": steps,
             "reward": reward,
+            "reward_model": self.reward_model,  # what ``reward`` was earned under (rescore.py)
             "normalized_return": normalized,
             "arrived": arrived,
             "arrived_fraction": arrived_fraction,

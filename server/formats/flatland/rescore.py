@@ -2,7 +2,9 @@
 from its raw fields (reward, steps budget, agents, arrivals, ending) with the rule being applied.
 
 ``arbiter rescore`` then scores these records, so a leaderboard figure is checked down to what the
-env reported, and the same records can be scored under the other rule (``--scoring flatland3``).
+env reported. Another rule of the format scores them too when it uses the same reward model: a
+reward earned under one model says nothing of what the other would have paid, so records of
+another model are refused.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ def rederived_records(rule: Any, records: list[dict[str, Any]]) -> list[dict[str
     derives them the same way as each episode ends (``FlatlandPlan.record``)."""
     rederived = []
     for record in records:
+        earned_under = record.get("reward_model")  # absent from records written before it was kept
+        if earned_under is not None and earned_under != rule.reward_model:
+            raise ValueError(
+                f"episode {record.get('index')}'s reward was earned under flatland's {earned_under!r} reward "
+                f"model, and {rule.name!r} scores rewards of the {rule.reward_model!r} model: the env's rewards "
+                "would have differed, so these records cannot be scored under it; evaluate again under that rule"
+            )
         finished = not (record["timed_out"] or record["abandoned"] or record["skipped"])
         num_agents = record["num_agents"]
         normalized = rule.normalized_return(

@@ -148,6 +148,7 @@ class AlcRule(Rule):
 
     name = "alc"
     figure_names = ("alc", "final_score")
+    context_names = ("phase",)
 
     def __init__(self, options: Any = None, *, phase: str = "dev", datasets: list[str] | None = None):
         super().__init__(options)

@@ -52,7 +52,12 @@ def interquartile_mean(values: list[float]) -> float | None:
 class TwoPhaseRule(Rule):
     name = "two-phase"
     figure_names = ("phase1", "convergence", "eval")
+    context_names = ("env",)
     options: TwoPhaseOptions
+
+    def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:
+        """The env the agents were evaluated on (an achievement may ask for one)."""
+        return {"env": self.options.env_id}
 
     def runs(self, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         p2 = self.options.phase2
