@@ -264,8 +264,9 @@ def leaderboard(rule: Any, records: list[dict[str, Any]], score: dict[str, Any] 
 
 
 def iso_utc(unix_time: float) -> str:
-    """A Unix time as summary.json writes times: ISO-8601, UTC, to the second."""
-    return datetime.datetime.fromtimestamp(unix_time, datetime.UTC).isoformat(timespec="seconds")
+    """A submission's time as summary.json writes it: ISO-8601, UTC, to the millisecond (a board
+    places equal submissions by it: two made within one second keep their order)."""
+    return datetime.datetime.fromtimestamp(unix_time, datetime.UTC).isoformat(timespec="milliseconds")
 
 
 def submission_identity(*, participant: str, submission_id: str, submitted_at: str, debug: bool) -> dict[str, Any]:

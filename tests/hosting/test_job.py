@@ -103,11 +103,11 @@ def test_the_summary_names_the_submission(redis_url, redis_conn: redis.Redis, ti
     run_job(redis_url, str(tmp_path / "results"), submission.id)
     found = SubmissionStore(redis_conn).get(submission.id)
     summary = read_summary(found.results)
-    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC).replace(microsecond=0)
+    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC)
     assert summary["submission"] == {
         "id": submission.id,
         "participant": "carol",
-        "submitted_at": submitted_at.isoformat(),
+        "submitted_at": submitted_at.isoformat(timespec="milliseconds"),
         "competition": "farm",
         "phase": None,
         "debug": True,
@@ -141,9 +141,9 @@ def test_an_attempt_the_farm_cut_short_names_its_submission_from_the_first_write
 
     assert in_forked_child(evaluate_and_stop)[1] == "INTERRUPTED"
     identity = read_summary(results)["submission"]
-    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC).replace(microsecond=0)
-    assert identity == {"participant": "dave", "id": submission.id, "submitted_at": submitted_at.isoformat(),
-                        "debug": False}  # fmt: skip
+    submitted_at = datetime.datetime.fromtimestamp(submission.submitted_at, datetime.UTC)
+    when = submitted_at.isoformat(timespec="milliseconds")
+    assert identity == {"participant": "dave", "id": submission.id, "submitted_at": when, "debug": False}
 
 
 def test_an_attempt_that_lost_its_lock_stops_and_records_nothing(

@@ -317,3 +317,22 @@ def test_a_summary_whose_figure_is_no_figure_leaves_only_its_folder_unranked(tmp
     assert board["columns"][0]["direction"] == "higher"
     [unranked] = board["unranked"]
     assert unranked["participant"] == "bad" and cause in unranked["cause"]
+
+
+def test_equal_submissions_made_within_one_second_keep_their_order(tmp_path):
+    """summary.json writes a submission's time to the millisecond: the tie is placed by it, not by
+    the submission ids (random) that would decide between two times of the same second."""
+    from arbiter.server.core.summary import iso_utc
+
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    for participant, submission, at_s in (
+        ("first", "sub-zzz", 1_800_000_000.25),
+        ("second", "sub-aaa", 1_800_000_000.75),
+    ):
+        folder = write_folder(tmp_path, "cup", submission, participant, {"phase1": 100.0}, minutes=1)
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["submission"]["submitted_at"] = iso_utc(at_s)
+        (folder / "summary.json").write_text(json.dumps(summary))
+    rows = build_board(spec, str(tmp_path))["rows"]
+    assert [(r["participant"], r["rank"]) for r in rows] == [("first", 1), ("second", 2)]
+    assert rows[0]["tie_broken_by_time"]
