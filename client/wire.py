@@ -333,7 +333,8 @@ class Wire:
         return f"{self._channel_base}{self._channels & 0xFFFFFFFF:08x}"
 
     def _raise_pending_timeout(self, error: bytes | None) -> None:
-        """Raise what the evaluator posted on the errors list, if anything (None: nothing)."""
+        """Raise what the evaluator posted on the errors list, if anything (None: nothing): a
+        timeout, or an ending the client did not ask for (EvaluationError, saying how it ended)."""
         if error is None:
             return
         try:
@@ -341,6 +342,8 @@ class Wire:
             kind = message.get("type") if isinstance(message, dict) else None
         except ArbiterError:
             kind = None
+        if kind == FLATLAND_RL.ERROR:
+            raise error_from_payload(message.get("payload"))
         if kind == FLATLAND_RL.ENV_RESET_TIMEOUT:
             raise TimeoutException("the evaluator timed out this episode: planning budget exceeded")
         raise TimeoutException("the evaluator timed out this episode: step budget exceeded")

@@ -37,6 +37,8 @@ Payloads (every other format, the env is the server's):
 
 Out-of-band errors (server RPUSH on the errors list; the client RPOPs it before every request
 and raises ``TimeoutException``): {"type": ENV_STEP_TIMEOUT} or {"type": ENV_RESET_TIMEOUT}.
+An evaluation that ends by itself (not ENV_SUBMIT, not a stop) LPUSHes an ERROR (code
+EVALUATION) there, after any timeout: arbiter's clients raise it as ``EvaluationError``.
 
 The handshake names the format: a PING of arbiter's client says what it plays, {"arbiter":
 {"client": name, "formats": [names] or "server-side"}}; a client of another format is refused

@@ -106,6 +106,7 @@ class Evaluation:
         # never opened (evaluation_restarts.py), until the first item is opened.
         self.restarted = False
         self.replayed: list[dict[str, Any]] = []  # items withdrawn and played again, for the summary
+        self.submitted = False  # ENV_SUBMIT came: the evaluation ends with it
         # Per-step timings (seconds), kept compact: an 8-hour evaluation makes millions of steps.
         self.think_s = array("d")  # client time between our readiness and its next step
         self.server_step_s = array("d")  # our time to apply one step
@@ -295,6 +296,7 @@ class Evaluation:
 
     def on_submit(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
+        self.submitted = True  # its reply says how the evaluation ended
         if self.next_index >= self.total and self.current is None:
             self.endings.finish(State.SUCCESS, f"all {self.endings.items_said(self.total)} evaluated", now)
         else:

@@ -17,6 +17,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import redis
+
 from arbiter.protocol import codec
 from arbiter.protocol.errors import (
     ArbiterError,
@@ -26,7 +28,7 @@ from arbiter.protocol.errors import (
     UnknownMessageType,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
-from arbiter.server.core.evaluation import Evaluation
+from arbiter.server.core.evaluation import Evaluation, State
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
@@ -175,9 +177,26 @@ class EvaluatorService:
                 evaluation.endings.interrupt(str(evaluation.store.unwritable))
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
+        self._tell_the_client_it_ended()
         self.frames.close()
         self.ended_at = time.monotonic()
         return evaluation.summary()
+
+    def _tell_the_client_it_ended(self) -> None:
+        """An ending the client did not ask for (a budget, a flood, its successive timeouts) is
+        posted on the errors list, which every request of arbiter's clients reads first: an agent
+        stepping without replies learns of it at its next step (EvaluationError), not only at its
+        next request that waits for one. An interrupted evaluation may be resumed: nothing is posted."""
+        evaluation = self.evaluation
+        if evaluation.submitted or evaluation.state is State.INTERRUPTED or self.transport.stop_requested:
+            return
+        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
+        try:  # one attempt: the evaluation is over. At the far end: a timeout posted before comes out first
+            self.transport.redis.lpush(
+                self.transport.errors_key, codec.encode(error_reply(EvaluationError.code, said), wire=self.client_wire)
+            )
+        except redis.RedisError as exc:
+            log.warning("the client was not told the evaluation ended: %s", exc)
 
     def answer_after_end(self, until: float) -> None:
         """Once the evaluation has ended, until ``until`` (monotonic) or the local agent's exit:

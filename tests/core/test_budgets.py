@@ -234,3 +234,24 @@ def test_the_transport_never_blocks_forever_near_a_deadline(redis_url, service_i
             assert time.monotonic() - deadline < 0.05
     finally:
         transport.close()
+
+
+def test_an_agent_stepping_without_replies_is_told_at_its_next_step_that_the_evaluation_ended(
+    redis_url, service_id, tiny_tests, tmp_path
+):
+    """RemoteClient's steps wait for no reply: the overall budget ends the evaluation inside an
+    episode, and the agent's next step raises EvaluationError saying so, as its next env_create
+    would, instead of stepping on into an evaluation that is over (and no evaluator answers it)."""
+    from arbiter.protocol.errors import EvaluationError
+
+    with running_service(
+        spec(overall_s=0.5, step_s=5), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=redis_url,
+        service_id=service_id,
+    ) as (_, outcome):  # fmt: skip
+        client = client_for(redis_url, service_id)
+        client.env_create()
+        client.env_step({0: 2, 1: 2})
+        wait_for(lambda: "summary" in outcome, timeout_s=5, what="the overall budget to run out")
+        with pytest.raises(EvaluationError, match=r"the evaluation has ended \(FAILED\): overall budget of 0.5 s"):
+            client.env_step({0: 2, 1: 2})
+        assert finish(outcome)["state"] == "FAILED"
