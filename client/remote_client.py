@@ -68,13 +68,20 @@ def _plain_actions(action_dict: Any) -> dict[Any, Any]:
     """The action map as the wire carries it; the local env steps with the same map, and the
     evaluator reads each agent's action from it exactly as flatland's env does, so the two copies
     stay in step whatever the map holds. Flatland's RailEnvActions (a fastenum, which msgpack
-    cannot pack) go by their value and numpy scalars as Python's; plain ints, the usual case, as
-    they are. An entry neither copy reads as an action (``"forward"``, ``2.7``, ``None``) is
-    DO_NOTHING on both, and counted in ``invalid_actions``; what the wire cannot carry (a list
-    where an action belongs) goes as None, and a key that is no number or string is left out. A
-    map is needed: anything else is no action for any agent."""
+    cannot pack) go by their value, numpy scalars (and one-element arrays, a policy's usual
+    output) as Python's; plain ints, the usual case, as they are. An entry neither copy reads as
+    an action (``"forward"``, ``2.7``, ``None``) is DO_NOTHING on both, and counted in
+    ``invalid_actions``; what the wire cannot carry (a list where an action belongs) goes as None,
+    and a key that is no number or string is left out. A map is needed, as flatland's env.step
+    needs one: anything else is a TypeError, and nothing is sent."""
     if not isinstance(action_dict, dict):
-        return {}
+        hint = ""
+        if isinstance(action_dict, (list, tuple, np.ndarray)):
+            hint = "; for the agents 0, 1, ... in order, pass dict(enumerate(actions))"
+        raise TypeError(
+            f"env_step takes a map of agent handle to action (flatland's action_dict), not a "
+            f"{type(action_dict).__name__}{hint}"
+        )
     actions: dict[Any, Any] = {}
     for handle, value in action_dict.items():
         if type(handle) is not int:
@@ -90,8 +97,10 @@ def _plain_actions(action_dict: Any) -> dict[Any, Any]:
 
 
 def _plain_scalar(value: Any) -> Any:
-    """A numpy scalar as the Python value it holds; anything else as it is."""
-    return value.item() if isinstance(value, np.generic) else value
+    """A numpy scalar, or an array of one element, as the Python value it holds; anything else as it is."""
+    if isinstance(value, np.generic) or (isinstance(value, np.ndarray) and value.size == 1):
+        return value.item()
+    return value
 
 
 class RemoteClient(Wire):

@@ -43,11 +43,22 @@ def test_what_is_no_action_reaches_both_copies_alike_and_never_raises():
     for handle in range(6):
         assert clean.get(handle, 0) == RailEnvActions.from_value(sent.get(handle, RailEnvActions.DO_NOTHING)).value
     assert invalid == 4  # "forward", None, the list, 2.7
-    assert _plain_actions([2, 2]) == {} and _plain_actions("MOVE_FORWARD") == {}
 
 
-def test_no_actions():
-    assert _plain_actions(None) == {} and _plain_actions({}) == {}
+@pytest.mark.parametrize("actions", [[2, 2], (2, 2), np.array([2, 2]), "MOVE_FORWARD", None])
+def test_an_action_map_that_is_no_map_is_refused_before_anything_is_sent(actions):
+    """flatland's env.step needs a map too: a list of actions would otherwise be no action for any
+    agent, an evaluation of DO_NOTHING without a word."""
+    with pytest.raises(TypeError, match="env_step takes a map of agent handle to action") as refused:
+        _plain_actions(actions)
+    assert ("dict(enumerate(actions))" in str(refused.value)) is isinstance(actions, (list, tuple, np.ndarray))
+    assert _plain_actions({}) == {}
+
+
+def test_a_policy_s_one_element_arrays_are_its_actions():
+    actions = _plain_actions({0: np.array(2), 1: np.array([3], np.uint8), 2: np.array([1, 2])})
+    assert actions == {0: 2, 1: 3, 2: None}  # two actions for one agent is none
+    assert [type(v) for v in actions.values()][:2] == [int, int]
 
 
 # -- RemoteClient against a real evaluator (the tiny Flatland test set) ----------------------------
