@@ -60,6 +60,7 @@ import sys
 import time
 from typing import Any
 
+from arbiter.client import metalc_process
 from arbiter.client.metalc_play import SAMPLES_KEPT, STEP_KINDS, TIMED
 from arbiter.client.metalc_process import FoldProcess, Submission, refusal
 from arbiter.client.wire import Wire
@@ -216,12 +217,14 @@ def run(submission_dir: str, *, agent_module: str = "agent", wire: Any = None) -
 
 
 def _stop_on_signal(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)  # the fold's process is ended on the way out (Runner.play)
+    metalc_process.stopping = True  # the fold's process is killed on the way out (Runner.play)
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
-    # A stop signal (``arbiter run`` ends its agent with SIGTERM) unwinds like an error would.
-    for signum in (signal.SIGTERM, signal.SIGHUP):
+    # A stop signal (``arbiter run`` ends its agent with SIGTERM, Ctrl-C with SIGINT) unwinds like
+    # an error would.
+    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
         signal.signal(signum, _stop_on_signal)
     parser = argparse.ArgumentParser(prog="python -m arbiter.client.metalc", description=__doc__.split("\n\n")[0])
     parser.add_argument("submission_dir", help="folder holding agent.py (and the agent's files)")

@@ -52,6 +52,9 @@ BOOT = (
 # through its environment: an agent that builds a client of its own from these finds none.
 CONNECTION_VARIABLES = ("ARBITER_REDIS_URL", "AICROWD_SUBMISSION_ID", "redis_ip")
 STOP_GRACE_S = 2.0  # a fold's process ends on its own once its pipe closes; then it is killed
+# Set by the runner's stop signal: a fold is then killed at once, its folders removed, well within
+# the time ``arbiter run`` gives a stopped agent before it kills it (and the folders would stay).
+stopping = False
 
 
 @dataclass(frozen=True)
@@ -190,7 +193,8 @@ class FoldProcess:
             os.close(self.to_fold)  # the fold reads the end of its pipe and exits
             self.to_fold = None
         if self.from_fold is not None:
-            self._await_exit(self.from_fold)
+            if not stopping:
+                self._await_exit(self.from_fold)
             os.close(self.from_fold)
             self.from_fold = None
         if self.pid is not None:

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -331,8 +332,13 @@ def test_what_a_folds_agent_started_ends_with_its_fold(data_dir, redis_url, serv
         assert not alive(pid), pid
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGKILL])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGKILL])
 def test_a_stopped_runner_leaves_no_fold_running(data_dir, redis_url, service_id, tmp_path, stop):
+    """Stopped (``arbiter run`` stops its agent with SIGTERM, Ctrl-C with SIGINT), the runner kills
+    its busy fold at once and removes its folders, within the time ``arbiter run`` gives a stopped
+    agent before it kills it (which would leave the folders behind)."""
+    from arbiter.server.cli.runner import AGENT_INTERRUPT_GRACE_S
+
     submission = tmp_path / "submission"
     submission.mkdir()
     (submission / "agent.py").write_text(ONE_STEP + textwrap.dedent(f"""
@@ -357,15 +363,18 @@ def test_a_stopped_runner_leaves_no_fold_running(data_dir, redis_url, service_id
             fold = int(pid)
             assert alive(fold)
             player.send_signal(stop)
+            stopped_at = time.monotonic()
             player.wait(timeout=10)
+            exited_after_s = time.monotonic() - stopped_at
             wait_for(lambda: not alive(fold), timeout_s=10, what="the fold's process to end")
         finally:
             if player.poll() is None:
                 player.kill()
                 player.wait()
     fold_folder = os.path.dirname(workdir)
-    if stop == signal.SIGTERM:  # it unwound, ending its fold on the way
-        assert player.returncode == 128 + signal.SIGTERM and not os.path.exists(fold_folder)
+    if stop != signal.SIGKILL:  # it unwound, ending its fold on the way
+        assert player.returncode == 128 + stop and not os.path.exists(fold_folder)
+        assert exited_after_s < AGENT_INTERRUPT_GRACE_S
     else:  # nothing of the runner's ran: the fold's folder stays, as the README says
         assert os.path.basename(fold_folder).startswith("arbiter-metalc-fold-")
         shutil.rmtree(fold_folder)
