@@ -27,6 +27,7 @@ from arbiter.protocol.errors import (
     ClientConflict,
     ConfigError,
     EvaluatorRestarted,
+    MessageTooLarge,
     ServerUnavailable,
     TimeoutException,
     error_from_payload,
@@ -326,7 +327,14 @@ class Wire:
         self._seq += 1
         ext = payload.get(EXTENSION_KEY)
         tags = {"session": self.session, "seq": self._seq}
-        return codec.encode(request(type_, {**payload, EXTENSION_KEY: {**ext, **tags} if ext else tags}, channel))
+        encoded = codec.encode(request(type_, {**payload, EXTENSION_KEY: {**ext, **tags} if ext else tags}, channel))
+        if len(encoded) > codec.COMMAND_LIMITS.max_bytes:  # the evaluator would refuse it unanswered
+            self._seq -= 1
+            raise MessageTooLarge(
+                f"the {type_} request is {len(encoded):,} bytes, more than the {codec.COMMAND_LIMITS.max_bytes:,} the "
+                "evaluator takes: not sent (an action is a few numbers: is an observation being sent back?)"
+            )
+        return encoded
 
     def _new_channel(self) -> str:
         self._channels += 1

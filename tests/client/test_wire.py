@@ -17,7 +17,14 @@ from harness import finish, running_service
 from arbiter.client.remote_env import RemoteEnv
 from arbiter.client.wire import Wire, connection_settings, reply_timeout
 from arbiter.protocol import codec, keys
-from arbiter.protocol.errors import ClientConflict, ConfigError, OutOfOrder, ServerUnavailable, TimeoutException
+from arbiter.protocol.errors import (
+    ClientConflict,
+    ConfigError,
+    MessageTooLarge,
+    OutOfOrder,
+    ServerUnavailable,
+    TimeoutException,
+)
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL
 
 HELLO = {"client": "a wire test", "formats": "server-side"}
@@ -88,6 +95,21 @@ def test_each_request_has_the_next_sequence_number_and_its_own_reply_list(redis_
     sent = queued(redis_conn, service_id)
     assert [message["payload"][EXTENSION_KEY]["seq"] for message in sent] == [1, 2, 3]
     assert len({message["response_channel"] for message in sent}) == 3
+    wire.close()
+
+
+def test_a_request_larger_than_the_evaluator_takes_is_refused_at_once_and_never_sent(redis_url, redis_conn, service_id):
+    """The evaluator refuses a request over its limit without an answer: sent, it would cost the
+    agent its whole reply timeout and end as 'is the evaluator running?'."""
+    wire = Wire(redis_url, service_id, reply_timeout_s=30)
+    with pytest.raises(
+        MessageTooLarge, match=r"the FLATLAND_RL.ENV_STEP request is [\d,]+ bytes, more than the 65,536"
+    ):
+        wire.request(FLATLAND_RL.ENV_STEP, {"action": bytes(70_000)})
+    assert queued(redis_conn, service_id) == []
+    with pytest.raises(ServerUnavailable):  # the next request is the next in sequence
+        wire.request(FLATLAND_RL.ENV_CREATE, {}, wait_s=0.05)
+    assert [message["payload"][EXTENSION_KEY]["seq"] for message in queued(redis_conn, service_id)] == [1]
     wire.close()
 
 
