@@ -96,6 +96,7 @@ class RemoteEnv(gymnasium.Env):
         self._stage: dict[str, Any] | None = None
         self._stage_over = False
         self._ignored_seed_warned = False
+        self._ignored_options_warned = False
 
     @staticmethod
     def _map_frames(offer: Any) -> SharedFramesReader | None:
@@ -128,9 +129,14 @@ class RemoteEnv(gymnasium.Env):
     # -- gymnasium.Env --------------------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
+        # gymnasium.Env's own: ``np_random`` seeded as asked (the agent's randomness, never the env's)
+        super().reset(seed=seed)
         if seed is not None and not self._ignored_seed_warned:
-            log.warning("the evaluator chooses every reset's seed; reset(seed=%r) is ignored", seed)
+            log.warning("the evaluator chooses every reset's seed; reset(seed=%r) seeds np_random only", seed)
             self._ignored_seed_warned = True
+        if options and not self._ignored_options_warned:
+            log.warning("the evaluator decides every episode; reset(options=%r) is ignored", options)
+            self._ignored_options_warned = True
         if self._stage_over and self._stage is not None and self.episode.get("stage") == "train":
             raise StopIteration(TRAINING_RUN_ENDED)
         asks = self._frames_asks({})

@@ -76,10 +76,15 @@ def test_an_episode_is_played_with_gymnasiums_signature(serve, redis_url, servic
     assert [record["return"] for record in read_episodes(results)] == [6.0]
 
 
-def test_a_seed_asked_for_is_ignored(serve, redis_url, service_id):
+def test_a_seed_asked_for_seeds_np_random_only(serve, redis_url, service_id):
+    """The evaluator chooses the episode's seed; the seed asked for seeds ``np_random`` as
+    gymnasium.Env.reset does (what gymnasium's env checker asks of every env), and nothing else."""
+    import numpy as np
+
     serve(num_episodes=1, length=1)
     env = connect(redis_url, service_id)
-    observation, _ = env.reset(seed=123)
+    observation, _ = env.reset(seed=123, options={"level": 3})
+    assert env.np_random.integers(1 << 30) == np.random.default_rng(123).integers(1 << 30)
     *_, info = env.step(0)
     assert info["arbiter"]["seed"] % 1000 == observation[1]  # the evaluator's seed, whatever was asked
     env.close()
