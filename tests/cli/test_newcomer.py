@@ -99,8 +99,26 @@ def test_flatland_hints_and_unit_words_for_flatland(redis_url, service_id, tiny_
                        "--", sys.executable, "examples/random_agent.py")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert "arbiter: evaluating 1 episode of " in done.stderr
-    assert "(flatland's client: redis://127.0.0.1:" in done.stderr
-    assert "port 6379 is busy, so the embedded Redis listens on" in done.stderr
+    assert "(flatland's client: redis://127.0.0." in done.stderr
+
+
+@pytest.mark.alone  # port 6379 (Port6379Busy)
+def test_flatland_s_own_client_reaches_its_run_while_another_holds_127_0_0_1_6379(tiny_tests, tmp_path):
+    """A second `arbiter run` on the machine (another evaluation holds 127.0.0.1:6379): its Redis
+    listens on port 6379 of the next loopback address, which the agent gets as $redis_ip, so the
+    unmodified starter kit reaches this evaluation, not the other one."""
+    from arbiter.server.cli.loopback import free_loopback_address
+
+    results = tmp_path / "r"
+    with Port6379Busy():
+        host = free_loopback_address(6379)
+        if host is None:
+            pytest.skip("port 6379 is held on every loopback address of this machine")
+        done = arbiter("run", "--tests", tiny_tests, "--results", str(results), "--",
+                       sys.executable, "examples/legacy_starter_kit_agent.py")  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert host != "127.0.0.1" and f"(flatland's client: redis://{host}:6379/0)" in done.stderr
+    assert read_summary(results)["state"] == "SUCCESS" and "is held on every loopback address" not in done.stderr
 
 
 @pytest.mark.alone  # port 6379 (Port6379Busy)
