@@ -81,9 +81,12 @@ def agent_command_problem(command: list[str]) -> str | None:
             return f"{program!r} is not executable (make it so, or name its interpreter: python {program})"
         if _script_without_interpreter(program):
             return f"{program!r} names no interpreter in a #! first line (add one, or run it as: python {program})"
-        return None
-    if shutil.which(program) is None:
+    elif shutil.which(program) is None:
         return f"{program!r} is not a program on PATH"
+    script = command[1] if len(command) > 1 else ""
+    if os.path.basename(program).startswith("python") and script.endswith(".py") and not os.path.exists(script):
+        where = "" if os.path.isabs(script) else f" (in {os.getcwd()})"
+        return f"{script!r} does not exist{where}"  # the usual typo: python would say so an evaluation later
     return None
 
 

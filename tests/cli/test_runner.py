@@ -24,11 +24,14 @@ from arbiter.server.cli.runner import AgentProcess, agent_command_problem, agent
 from arbiter.server.core.competition import load_competition
 
 
-def test_a_program_on_path_or_an_executable_script_can_be_started(tmp_path):
+def test_a_program_on_path_or_an_executable_script_can_be_started(tmp_path, monkeypatch):
     script = tmp_path / "agent.sh"
     script.write_text("#!/bin/sh\nexit 0\n")
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    (tmp_path / "agent.py").write_text("print('hello')\n")
+    monkeypatch.chdir(tmp_path)
     assert agent_command_problem([sys.executable, "agent.py"]) is None
+    assert agent_command_problem(["python3", "-m", "agent"]) is None  # a module: python finds it
     assert agent_command_problem(["python3"]) is None
     assert agent_command_problem([str(script)]) is None
 
@@ -47,6 +50,11 @@ def test_what_cannot_be_started_is_said_before_anything_starts(tmp_path):
     not_executable = agent_command_problem([str(plain)])
     assert "is not executable" in not_executable and f"python {plain}" in not_executable
     assert "names no interpreter" in agent_command_problem([str(no_shebang)])
+    # The documented form with a typo: python would start, then exit with status 2, an evaluation later.
+    assert (
+        agent_command_problem(["python3", str(tmp_path / "agnet.py")])
+        == f"{str(tmp_path / 'agnet.py')!r} does not exist"
+    )
 
 
 def test_a_run_whose_agent_cannot_start_leaves_no_results_folder(tmp_path):
