@@ -46,6 +46,9 @@ RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator 
 TAKEOVER_RETRY_MARGIN_S = 0.02
 
 
+REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
 def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[str, str]:
     """The keywords; else the environment (``ARBITER_REDIS_URL``, else ``redis_ip`` as flatland's
     client reads it, on port 6379; ``AICROWD_SUBMISSION_ID``); else flatland's defaults."""
@@ -54,6 +57,9 @@ def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[
         or os.environ.get("ARBITER_REDIS_URL")
         or (f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0")
     )
+    if not url.startswith(REDIS_SCHEMES):
+        source = "redis_url" if redis_url else "ARBITER_REDIS_URL"  # redis_ip always makes a redis:// URL
+        raise ConfigError(f"{source}: {redacted(url)!r} is not a Redis URL (one of {', '.join(REDIS_SCHEMES)})")
     sid = keys.validate_service_id(service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
     return url, sid
 
@@ -366,6 +372,10 @@ class Wire:
                 # Not an outage: the user or password is wrong, and asking again will not mend it.
                 raise ServerUnavailable(
                     f"Redis at {redacted(self.redis_url)} refused this client's user or password ({type_}): {exc}"
+                ) from exc
+            except redis.exceptions.InvalidResponse as exc:  # something else listens there
+                raise ServerUnavailable(
+                    f"what listens at {redacted(self.redis_url)} does not answer as Redis does ({type_}): {exc}"
                 ) from exc
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 if time.monotonic() + pause_s >= give_up:

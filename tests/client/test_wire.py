@@ -236,3 +236,29 @@ def test_a_wrong_password_is_said_at_once_not_ridden_out_as_an_outage():
         with pytest.raises(ServerUnavailable, match="refused this client's user or password") as refused:
             RemoteEnv(f"redis://:wrong@127.0.0.1:{server.port}/0", "svc", reply_timeout_s=30)
         assert time.monotonic() - started < 10 and "wrong" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["http://x", "notaurl", "localhost:6379"])
+def test_a_url_that_is_no_redis_url_is_a_config_error_naming_where_it_came_from(url, monkeypatch):
+    monkeypatch.setenv("ARBITER_REDIS_URL", url)
+    with pytest.raises(ConfigError, match=f"^ARBITER_REDIS_URL: '{url}' is not a Redis URL"):
+        connection_settings(None, "T1")
+    with pytest.raises(ConfigError, match=f"^redis_url: '{url}' is not a Redis URL"):
+        Wire(url, "T1")
+
+
+def test_a_server_that_is_no_redis_is_said_to_be_none(service_id):
+    """An HTTP server (any other program) on the URL's port: ServerUnavailable naming it, at once."""
+    import http.server
+    import threading
+
+    server = http.server.HTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        wire = Wire(f"redis://127.0.0.1:{server.server_address[1]}/0", service_id, reply_timeout_s=5)
+        with pytest.raises(ServerUnavailable, match="does not answer as Redis does"):
+            wire.request(FLATLAND_RL.ENV_CREATE, {})
+        wire.close()
+    finally:
+        server.shutdown()
+        server.server_close()
