@@ -33,6 +33,7 @@ from arbiter.server.cli.settings import (
     flatland_default_redis,
     given_service_id,
     refuse_earlier_results,
+    refuse_unreachable,
     resolve_poll_window_us,
     resolve_redis_url,
     resolve_service_id,
@@ -63,6 +64,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=True)
+    if redis_url is not None:
+        refuse_unreachable(redis_url)
     results_dir, made_folder = claim_results(args)
     refuse_earlier_results(results_dir)
     outcome = run_local(

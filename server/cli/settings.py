@@ -10,9 +10,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import time
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import redacted
 from arbiter.server.cli.parser import DEFAULT_SERVICE_ID
 from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
 from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE
@@ -130,6 +132,33 @@ def resolve_redis_url(args: argparse.Namespace, *, embedded_ok: bool) -> str | N
     if embedded_ok:
         return None  # arbiter run starts its own redis-server; arbiter watch looks for a local run
     return flatland_default_redis()
+
+
+RUN_REDIS_WAIT_S = 3.0  # arbiter run: a Redis given that does not answer at the start is a typo, not an outage
+
+
+def refuse_unreachable(redis_url: str, wait_s: float = RUN_REDIS_WAIT_S) -> None:
+    """``arbiter run`` with a Redis of its user's: one that does not answer within ``wait_s`` is a
+    ConfigError before anything starts (``serve`` rides out a Redis not up yet, as an orchestrator
+    may start it after the evaluator)."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    give_up = time.monotonic() + wait_s
+    try:
+        while True:
+            try:
+                client.ping()
+                return
+            except (redis.ConnectionError, redis.TimeoutError) as exc:
+                if time.monotonic() >= give_up:
+                    raise ConfigError(
+                        f"cannot reach Redis at {redacted(redis_url)} ({exc}): is it running, and is the URL "
+                        "(--redis-url, ARBITER_REDIS_URL) right? Without one, arbiter run starts its own"
+                    ) from None
+                time.sleep(0.2)  # a Redis starting up: asked again
+    finally:
+        client.close()
 
 
 def flatland_default_redis() -> str:

@@ -181,6 +181,19 @@ def test_serve_whose_redis_is_out_of_reach_leaves_no_folder_behind(tiny_tests, t
     assert not (tmp_path / "new").exists()
 
 
+def test_run_with_a_redis_that_does_not_answer_says_so_before_anything_starts(tiny_tests, tmp_path):
+    """A typo in --redis-url costs seconds, not the minute an outage is ridden out for."""
+    from arbiter.server.cli.embedded_redis import free_port
+
+    results = tmp_path / "r"
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    done = arbiter("run", "--tests", tiny_tests, "--redis-url", url, "--results", str(results), "--",
+                   sys.executable, "examples/random_agent.py", timeout_s=30)  # fmt: skip
+    assert done.returncode == 2
+    assert f"cannot reach Redis at {url}" in done.stderr and "is the URL" in done.stderr
+    assert not results.exists()
+
+
 def test_serve_reads_flatland_environment_variables(redis_url, service_id, tiny_tests, tmp_path):
     results = tmp_path / "results"
     done = arbiter(
