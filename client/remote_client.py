@@ -147,6 +147,7 @@ class RemoteClient(Wire):
         # The first command of every step's packet, the same each time: packed once.
         self._take_error_packed = pack(("RPOP", self.errors_key))
         self.env: Any = None
+        self._episode_done = False  # the running episode ended: a step now is out of order
         self.current_env_path: str | None = None
         self._last_step_end = time.monotonic()
         self._budget_clock = BudgetClock()
@@ -201,7 +202,7 @@ class RemoteClient(Wire):
         """Start the next episode: ``(observation, info)``, or ``(False, False)`` when none is left."""
         # Before asking, so it costs none of the planning budget: flatland's caches would keep
         # every earlier episode's env alive for the whole evaluation.
-        self.env = None
+        self.env, self._episode_done = None, False
         release_flatland_caches()
         # The env state is rebuilt as the reply is decoded: no second pass over it.
         response = self.request(FLATLAND_RL.ENV_CREATE, {}, maps=env_state_maps)
@@ -237,6 +238,8 @@ class RemoteClient(Wire):
         """
         if self.env is None:
             raise OutOfOrder("env_step() before env_create(): there is no running episode")
+        if self._episode_done:  # flatland's env would refuse it too, once the step had been sent
+            raise OutOfOrder("env_step() after the episode ended: call env_create() for the next one")
         actions = _plain_actions(action_dict)
         sent_at = time.monotonic()
         self._budget_clock.step_sent(sent_at)
@@ -253,6 +256,7 @@ class RemoteClient(Wire):
             if collect is not None:
                 collect()  # raises TimeoutException if the evaluator had timed the episode out
         self._last_step_end = time.monotonic()
+        self._episode_done = bool(done.get("__all__")) if isinstance(done, dict) else bool(done)
         return observation, rewards, done, info
 
     def submit(self) -> dict[str, Any]:

@@ -238,7 +238,7 @@ class Evaluation:
                 # A step of the episode that already timed out: late, ignored, never applied.
                 self.counters["late_steps"] += 1
                 if wants_reply:
-                    raise TimeoutException("the episode timed out; call env_create() for the next one")
+                    raise TimeoutException("the episode timed out; call env_create() (RemoteEnv: reset()) for the next")
                 return None
             raise OutOfOrder("ENV_STEP without a running episode: call env_create() first (RemoteEnv: reset())")
         action = payload.get("action") if isinstance(payload, dict) else None

@@ -161,3 +161,19 @@ def test_the_client_sets_aside_what_its_process_loaded_once(
     else:
         # The opt-outs are RemoteClient's: the function itself always freezes.
         assert after_client == 0 and after_second_call > 10_000
+
+
+def test_a_step_after_the_episode_ended_is_out_of_order_and_sends_nothing(redis_url, service_id, tiny_tests, tmp_path):
+    with running_service(spec(), tests=tiny_tests, results=str(tmp_path), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        play_episode(client, client.episode_index)
+        with pytest.raises(OutOfOrder, match="after the episode ended: call env_create"):
+            client.env_step({0: 2, 1: 2})
+        client.env_create()  # the next episode plays on
+        client.env_step({0: 2, 1: 2})
+        client.close()
+        service.request_stop("the test is over")
+        summary = finish(outcome)
+    assert summary["counters"].get("errors_out_of_order", 0) == 0
