@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 
+from arbiter.protocol.errors import ConfigError
 from arbiter.server.leaderboard.policy import POLICIES, RANKINGS
 
 
@@ -56,7 +58,7 @@ def add_leaderboard_parser(commands: argparse._SubParsersAction) -> None:
 def cmd_leaderboard(args: argparse.Namespace) -> int:
     from arbiter.server.core.competition import load_competition
     from arbiter.server.leaderboard.board import build_board
-    from arbiter.server.leaderboard.outputs import board_text, moves, read_board, write_board
+    from arbiter.server.leaderboard.outputs import board_text, check_comparable, moves, read_board, write_board
 
     spec = load_competition(args.competition, args.set)
     old = read_board(args.diff) if args.diff else None  # read before writing: OLD may be the file rewritten
@@ -69,17 +71,27 @@ def cmd_leaderboard(args: argparse.Namespace) -> int:
         reveal=args.reveal,
         from_records=args.from_records,
     )
+    if old is not None:  # before anything is written
+        check_comparable(old, board, args.diff)
     suffix = f"-{board['phase']}" if board["phase"] is not None else ""
     out = args.out or os.path.join(args.results_root, "leaderboards", f"{spec.name}{suffix}")
-    written = write_board(board, out)
+    try:
+        written = write_board(board, out)
+    except OSError as exc:  # the board is still shown: only its files are missing
+        print(json.dumps(board, indent=2) if args.json else board_text(board))
+        raise ConfigError(
+            f"cannot write the board's files into {out}: {exc.strerror or exc}; name a folder that can be written "
+            "with --out DIR"
+        ) from None
     if args.json:
         print(json.dumps(board, indent=2))
     else:
         print(board_text(board))
         print("wrote " + ", ".join(written))
-    if old is not None:
+    if old is not None:  # with --json, stdout holds the JSON alone
         moved = moves(old, board)
-        print(f"since {args.diff}:" if moved else f"since {args.diff}: nobody moved")
+        said = sys.stderr if args.json else sys.stdout
+        print(f"since {args.diff}:" if moved else f"since {args.diff}: nobody moved", file=said)
         for line in moved:
-            print(f"  {line}")
+            print(f"  {line}", file=said)
     return 0

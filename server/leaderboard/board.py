@@ -47,7 +47,8 @@ def build_board(
     if not os.path.isdir(folder):
         present = sorted(e for e in os.listdir(results_root) if os.path.isdir(os.path.join(results_root, e))) if (
             os.path.isdir(results_root)) else None  # fmt: skip
-        where = "it does not exist" if present is None else f"it holds {', '.join(present) or 'no folder'}"
+        where = f"it holds {', '.join(present) or 'no folder'}" if present is not None else (
+            "it is a file, not a folder" if os.path.exists(results_root) else "it does not exist")  # fmt: skip
         raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
     names = _column_names(spec, rule_name)
     entries = [

@@ -50,6 +50,20 @@ def _value_text(value: Any, spec: str) -> str:
         return str(value)
 
 
+class _InertCsv:
+    """A CSV writer whose text cells a spreadsheet never runs as formulas: one that starts as a
+    formula would (a participant named ``=HYPERLINK(...)``) starts with a ``'`` instead."""
+
+    FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+    def __init__(self, writer: Any):
+        self.writer = writer
+
+    def writerow(self, cells: list[Any]) -> None:
+        formula = self.FORMULA_STARTS
+        self.writer.writerow([f"'{c}" if isinstance(c, str) and c.startswith(formula) else c for c in cells])
+
+
 def board_csv(board: dict[str, Any]) -> str:
     columns = board["columns"]
     header = ["kind", "rank", "participant", "submission", "submitted_at"]
@@ -58,7 +72,7 @@ def board_csv(board: dict[str, Any]) -> str:
     header += ["rank_score", "submissions", "last_submission_at", "achievements", "not_separable_from",
                "tie_broken_by_time", "rescored", "state", "cause", "results"]  # fmt: skip
     out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
+    writer = _InertCsv(csv.writer(out, lineterminator="\n"))
     writer.writerow(header)
 
     def figures(row: dict[str, Any]) -> list[Any]:
@@ -185,7 +199,20 @@ def read_board(path: str) -> dict[str, Any]:
         raise ConfigError(f"--diff {path}: not a leaderboard.json ({exc})") from None
     if not isinstance(board, dict) or not isinstance(board.get("rows"), list):
         raise ConfigError(f"--diff {path}: not a leaderboard.json (it has no rows)")
+    for row in board["rows"]:
+        if not (isinstance(row, dict) and isinstance(row.get("participant"), str) and type(row.get("rank")) is int):
+            raise ConfigError(f"--diff {path}: not a leaderboard.json (a row without its participant and rank)")
     return board
+
+
+def check_comparable(old: dict[str, Any], new: dict[str, Any], path: str) -> None:
+    """``--diff`` compares two boards of one competition and phase: any other pair is refused."""
+    for key in ("competition", "phase"):
+        if old.get(key) != new.get(key):
+            raise ConfigError(
+                f"--diff {path}: a board of {key} {old.get(key)!r}, this one's is {new.get(key)!r}: "
+                "who moved is said between two boards of one competition and phase"
+            )
 
 
 def moves(old: dict[str, Any], new: dict[str, Any]) -> list[str]:

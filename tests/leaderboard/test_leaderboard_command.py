@@ -153,3 +153,53 @@ def test_a_phase_board_ranks_by_the_columns_that_phase_computes(tmp_path, capsys
     assert [c["name"] for c in json.loads(capsys.readouterr().out)["columns"]] == ["phase1", "convergence"]
     assert main([*argv, "--phase", "3"]) == 2
     assert "no results of phase '3' for cup: its results hold the phases 1, 2" in capsys.readouterr().err
+
+
+def test_diff_compares_boards_of_one_competition_and_phase_and_json_stays_json(tmp_path, capsys):
+    results = tmp_path / "results"
+    board_folders(results)
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    args = ["leaderboard", "--results-root", str(results), "--competition", str(cup), "--json"]
+    assert main(args) == 0
+    old = json.loads(capsys.readouterr().out)
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    assert main([*args, "--diff", str(tmp_path / "old.json")]) == 0
+    printed = capsys.readouterr()
+    assert json.loads(printed.out)["competition"] == "cup"  # the JSON alone on stdout
+    assert "nobody moved" in printed.err
+    for key, value, said in (("competition", "other-cup", "a board of competition 'other-cup'"),
+                             ("phase", "final", "a board of phase 'final'")):  # fmt: skip
+        (tmp_path / "other.json").write_text(json.dumps({**old, key: value}))
+        assert main([*args, "--out", str(tmp_path / "new"), "--diff", str(tmp_path / "other.json")]) == 2
+        assert said in capsys.readouterr().err and not (tmp_path / "new").exists()
+    (tmp_path / "rowless.json").write_text(json.dumps({**old, "rows": [{"x": 1}]}))
+    assert main([*args, "--out", str(tmp_path / "new"), "--diff", str(tmp_path / "rowless.json")]) == 2
+    assert "a row without its participant and rank" in capsys.readouterr().err and not (tmp_path / "new").exists()
+
+
+def test_a_board_that_cannot_be_written_is_still_shown_and_says_where_to_write(tmp_path, capsys):
+    results = tmp_path / "results"
+    board_folders(results)
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    taken = tmp_path / "a-file"
+    taken.write_text("")
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--out", str(taken)]) == 2
+    printed = capsys.readouterr()
+    assert printed.out.splitlines()[2].split()[:2] == ["1", "alice"]  # the table, all the same
+    assert f"cannot write the board's files into {taken}" in printed.err and "--out DIR" in printed.err
+    assert main(["leaderboard", "--results-root", str(taken), "--competition", str(cup)]) == 2
+    assert "it is a file, not a folder" in capsys.readouterr().err
+
+
+def test_the_csv_never_hands_a_spreadsheet_a_formula(tmp_path):
+    results = tmp_path / "results"
+    write_folder(
+        results, "cup", "sub-a", '=HYPERLINK("http://x","click")', {"phase1": 1.0, "convergence": 2.0}, minutes=1
+    )
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    assert (
+        main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--out", str(tmp_path / "b")])
+        == 0
+    )
+    [row] = list(csv.DictReader((tmp_path / "b" / "leaderboard.csv").open()))
+    assert row["participant"] == '\'=HYPERLINK("http://x","click")' and row["phase1"] == "1.0"
