@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.core.rescore import EPISODES_FILE, SUMMARY_FILE, read_summary, summary_rule
+from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE, read_summary, summary_rule
 from arbiter.server.formats import get_format
 from arbiter.server.service.records_file import read_items
 
@@ -77,15 +77,34 @@ def _timestamp(text: str | None) -> float:
 
 
 def results_folders(root: str) -> list[str]:
-    """Every folder under ``root`` holding a summary.json, in name order (a results folder's own
-    subfolders, its replays, are not looked into)."""
+    """Every folder under ``root`` holding a summary.json, or the events of an evaluation that
+    started and has written none yet, in name order (a results folder's own subfolders, its
+    replays, are not looked into)."""
     found = []
     for folder, subfolders, files in os.walk(root):
         subfolders.sort()
-        if SUMMARY_FILE in files:
+        if SUMMARY_FILE in files or EVENTS_FILE in files:
             found.append(folder)
             subfolders[:] = []
     return found
+
+
+def _without_summary(results_dir: str, relative: str) -> Entry:
+    """A folder whose evaluation started and wrote no summary.json: running, or stopped before
+    its end (a killed evaluator, a lost worker); said as such, debug runs left out as ever."""
+    started: dict[str, Any] = {}
+    try:
+        with open(os.path.join(results_dir, EVENTS_FILE), encoding="utf-8") as handle:
+            first = json.loads(handle.readline() or "{}")
+            started = first if isinstance(first, dict) else {}
+    except (OSError, ValueError):
+        pass
+    name = os.path.basename(results_dir)
+    cause = (
+        "no summary.json yet: the evaluation is running, or stopped before its end (`arbiter serve --resume` goes on)"
+    )
+    return Entry(results_dir, relative, name, name, started.get("time"), started.get("debug") is True, None,
+                 RUNNING_STATE, None, problem=cause)  # fmt: skip
 
 
 def read_entry(
@@ -101,6 +120,8 @@ def read_entry(
     carries its ``problem``, never an exception (one bad folder does not hide the others).
     ``from_records``: its figures recomputed from its episodes.jsonl even under its own rule."""
     relative = os.path.relpath(results_dir, root)
+    if not os.path.exists(os.path.join(results_dir, SUMMARY_FILE)):
+        return _without_summary(results_dir, relative)
     try:
         summary = read_summary(results_dir)
     except ConfigError as exc:

@@ -336,3 +336,21 @@ def test_equal_submissions_made_within_one_second_keep_their_order(tmp_path):
     rows = build_board(spec, str(tmp_path))["rows"]
     assert [(r["participant"], r["rank"]) for r in rows] == [("first", 1), ("second", 2)]
     assert rows[0]["tie_broken_by_time"]
+
+
+def test_an_evaluation_that_wrote_no_summary_yet_is_listed_as_running_and_a_debug_one_not_at_all(tmp_path):
+    """A worker's evaluation in progress, or one whose evaluator was killed: its folder holds its
+    events and no summary.json. The board says so, instead of counting one folder fewer."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    write_folder(tmp_path, "cup", "sub-ok", "ok", {"phase1": 300.0}, minutes=1)
+    for name, debug in (("sub-running", False), ("sub-debug-running", True)):
+        folder = tmp_path / "cup" / name
+        folder.mkdir()
+        started = {"event": "started", "time": "2026-11-01T00:05:00.000+00:00", "debug": debug}
+        (folder / "events.jsonl").write_text(json.dumps(started) + "\n")
+    board = build_board(spec, str(tmp_path))
+    assert [r["participant"] for r in board["rows"]] == ["ok"]
+    [running] = board["unranked"]
+    assert running["submission"] == "sub-running" and running["state"] == "RUNNING"
+    assert running["cause"].startswith("no summary.json yet: the evaluation is running, or stopped before its end")
+    assert board["counts"]["folders"] == 3 and board["counts"]["debug_left_out"] == 1
