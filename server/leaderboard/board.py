@@ -52,7 +52,15 @@ def build_board(
         raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
     names = _column_names(spec, rule_name)
     entries = [
-        read_entry(d, results_root, format_name=spec.format, rule_name=rule_name, columns=(), from_records=from_records)
+        read_entry(
+            d,
+            results_root,
+            format_name=spec.format,
+            rule_name=rule_name,
+            columns=(),
+            from_records=from_records,
+            conditions={"competition": spec.name, "budgets": spec.budgets.as_dict()},
+        )  # fmt: skip
         for d in results_folders(folder)
     ]
     folders = len(entries)

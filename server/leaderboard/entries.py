@@ -115,10 +115,13 @@ def read_entry(
     rule_name: str,
     columns: tuple[str, ...],
     from_records: bool = False,
+    conditions: dict[str, Any] | None = None,
 ) -> Entry:
     """The folder as an entry of a board scored by ``rule_name``; a folder that cannot be ranked
     carries its ``problem``, never an exception (one bad folder does not hide the others).
-    ``from_records``: its figures recomputed from its episodes.jsonl even under its own rule."""
+    ``from_records``: its figures recomputed from its episodes.jsonl even under its own rule.
+    ``conditions``: the ``competition`` name and ``budgets`` the board's evaluations ran under; a
+    folder evaluated under others (another competition's, or budgets set apart) is not ranked."""
     relative = os.path.relpath(results_dir, root)
     if not os.path.exists(os.path.join(results_dir, SUMMARY_FILE)):
         return _without_summary(results_dir, relative)
@@ -136,7 +139,7 @@ def read_entry(
         participant=str(identity.get("participant") or os.path.basename(results_dir)),
         submission=str(identity.get("id") or summary.get("service_id") or os.path.basename(results_dir)),
         submitted_at=_submitted_at(identity, summary),
-        debug=bool(identity.get("debug", summary.get("debug", False))),
+        debug=identity.get("debug", summary.get("debug")) is True,
         phase=None if phase is None else str(phase),
         state=str(summary.get("state")),
         cause=summary.get("termination_cause"),
@@ -144,6 +147,10 @@ def read_entry(
     )
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
+        return entry
+    other = _other_conditions(summary, conditions) if conditions else None
+    if other:
+        entry.problem = f"evaluated under other conditions than the competition's: {other}"
         return entry
     if identity.get("cancelled"):  # cancelled on the farm, even after its evaluation ended
         entry.problem = f"the submission was cancelled: {identity['cancelled']}"
@@ -161,6 +168,18 @@ def read_entry(
         return entry
     check_columns(entry, columns)
     return entry
+
+
+def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> str | None:
+    """What the evaluation ran under that the board's evaluations do not, in words; None: the same."""
+    said = []
+    if summary.get("competition") not in (None, conditions["competition"]):
+        said.append(f"competition {summary.get('competition')!r}, not {conditions['competition']!r}")
+    budgets = summary.get("budgets") if isinstance(summary.get("budgets"), dict) else {}
+    for name, value in conditions["budgets"].items():
+        if name in budgets and budgets[name] != value:
+            said.append(f"{name} {budgets[name]!r} (the competition's: {value!r})")
+    return "; ".join(said) or None
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:

@@ -354,3 +354,29 @@ def test_an_evaluation_that_wrote_no_summary_yet_is_listed_as_running_and_a_debu
     assert running["submission"] == "sub-running" and running["state"] == "RUNNING"
     assert running["cause"].startswith("no summary.json yet: the evaluation is running, or stopped before its end")
     assert board["counts"]["folders"] == 3 and board["counts"]["debug_left_out"] == 1
+
+
+def test_evaluations_under_other_conditions_are_listed_apart_with_what_differs(tmp_path):
+    """A folder of another competition put under this one's, and a submission evaluated with a
+    step budget set apart (`--set budgets.step_s=100`): neither is ranked beside the others."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    write_folder(tmp_path, "cup", "sub-ok", "ok", {"phase1": 300.0}, minutes=1)
+    moved = write_folder(tmp_path, "cup", "sub-moved", "moved", {"phase1": 900.0}, minutes=2)
+    slow = write_folder(tmp_path, "cup", "sub-slow", "slow", {"phase1": 800.0}, minutes=3)
+    for folder, change in (
+        (moved, {"competition": "other-cup"}),
+        (slow, {"budgets": {**spec.budgets.as_dict(), "step_s": 100.0}}),
+    ):
+        summary = json.loads((folder / "summary.json").read_text())
+        (folder / "summary.json").write_text(json.dumps({**summary, **change}))
+    text = write_folder(tmp_path, "cup", "sub-text-debug", "text", {"phase1": 100.0}, minutes=4)
+    summary = json.loads((text / "summary.json").read_text())
+    summary["submission"]["debug"] = "false"  # a hand edit: only true makes a debug run
+    (text / "summary.json").write_text(json.dumps(summary))
+    board = build_board(spec, str(tmp_path))
+    assert [r["participant"] for r in board["rows"]] == ["ok", "text"]
+    causes = {u["participant"]: u["cause"] for u in board["unranked"]}
+    assert (
+        causes["moved"] == "evaluated under other conditions than the competition's: competition 'other-cup', not 'cup'"
+    )
+    assert causes["slow"].endswith(f"step_s 100.0 (the competition's: {spec.budgets.step_s!r})")
