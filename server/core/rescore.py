@@ -128,6 +128,9 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
     """Recompute the score of ``results_dir`` with its own rule, or with ``scoring`` (another
     rule of its format), and compare it with the recorded one."""
     summary = read_summary(results_dir)
+    recorded = (summary.get("items") or {}).get("recorded") if isinstance(summary.get("items"), dict) else None
+    if isinstance(recorded, int) and recorded > 0 and not os.path.exists(os.path.join(results_dir, EPISODES_FILE)):
+        raise ConfigError(f"{results_dir} has no {EPISODES_FILE}, and its {SUMMARY_FILE} counts {recorded} items recorded")
     episodes = read_items(os.path.join(results_dir, EPISODES_FILE))
     records = episodes.records
     recorded_scoring = summary.get("scoring")
