@@ -130,7 +130,7 @@ def rescore(results_dir: str, scoring: str | None = None) -> Rescore:
     summary = read_summary(results_dir)
     recorded = (summary.get("items") or {}).get("recorded") if isinstance(summary.get("items"), dict) else None
     if isinstance(recorded, int) and recorded > 0 and not os.path.exists(os.path.join(results_dir, EPISODES_FILE)):
-        raise ConfigError(f"{results_dir} has no {EPISODES_FILE}, and its {SUMMARY_FILE} counts {recorded} items recorded")
+        raise ConfigError(f"{results_dir} has no {EPISODES_FILE}, and its {SUMMARY_FILE} counts {recorded} items")
     episodes = read_items(os.path.join(results_dir, EPISODES_FILE))
     records = episodes.records
     recorded_scoring = summary.get("scoring")
