@@ -222,6 +222,12 @@ def test_a_folder_that_cannot_be_rescored_is_a_clear_error(flatland_results, tmp
     assert killed.returncode == 2 and "has no summary.json" in killed.stderr
     unknown = arbiter("rescore", flatland_results, "--scoring", "nope")
     assert unknown.returncode == 2 and "unknown scoring rule 'nope'" in unknown.stderr
+    lost = tmp_path / "lost"
+    shutil.copytree(flatland_results, lost)
+    (lost / "episodes.jsonl").unlink()
+    missing_records = arbiter("rescore", str(lost))
+    assert missing_records.returncode == 2, missing_records.stdout
+    assert "has no episodes.jsonl, and its summary.json counts 3 items" in missing_records.stderr
 
 
 def test_generate_for_a_format_without_a_generator_is_one_clear_line(tmp_path):
