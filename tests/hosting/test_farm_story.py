@@ -10,7 +10,6 @@ import json
 import os
 import time
 
-import pytest
 import redis
 from harness import read_episodes, read_events, read_summary, wait_for
 from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_agent, wait_lines, wait_state
@@ -22,15 +21,6 @@ from arbiter.server.hosting.submissions import FINISHED, RUNNING, SubmissionStor
 # A step delay that makes an evaluation of the tiny test set last a few seconds: long enough to
 # lose a worker between two episodes.
 STEP_DELAY_S = 0.01
-
-
-@pytest.fixture
-def workers(redis_url, tmp_path):
-    started = Workers(redis_url, str(tmp_path / "results"))
-    try:
-        yield started
-    finally:
-        started.stop_all()
 
 
 def test_a_lost_worker_costs_nothing_and_scores_once(

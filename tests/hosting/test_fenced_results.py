@@ -22,15 +22,6 @@ from arbiter.server.service.events import EventLog
 from arbiter.server.service.results import ResultsFenced, ResultsStore
 
 
-@pytest.fixture
-def workers(redis_url, tmp_path):
-    started = Workers(redis_url, str(tmp_path / "results"))
-    try:
-        yield started
-    finally:
-        started.stop_all()
-
-
 def folder_bytes(folder: str) -> dict[str, bytes]:
     return {
         str(path.relative_to(folder)): path.read_bytes() for path in sorted(Path(folder).rglob("*")) if path.is_file()

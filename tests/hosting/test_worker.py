@@ -13,7 +13,6 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
-import pytest
 import redis
 from harness import read_summary, wait_for
 from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_agent, wait_state
@@ -31,15 +30,6 @@ from arbiter.server.hosting.submissions import (
     RUNNING,
     SubmissionStore,
 )
-
-
-@pytest.fixture
-def workers(redis_url, tmp_path):
-    started = Workers(redis_url, str(tmp_path / "results"))
-    try:
-        yield started
-    finally:
-        started.stop_all()
 
 
 def test_a_burst_worker_evaluates_the_queue_and_exits(redis_conn, tiny_tests, tmp_path, workers: Workers) -> None:
