@@ -5,7 +5,19 @@ from arbiter.client import RemoteClient, RemoteEnv, TimeoutException
 
 from typing import TYPE_CHECKING, Any
 
-from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, ServerUnavailable, TimeoutException, WrongFormat
+from arbiter.protocol.errors import (
+    ArbiterError,
+    ClientConflict,
+    ConfigError,
+    EvaluationError,
+    EvaluatorRestarted,
+    InvalidAction,
+    MessageTooLarge,
+    OutOfOrder,
+    ServerUnavailable,
+    TimeoutException,
+    WrongFormat,
+)
 
 if TYPE_CHECKING:
     from arbiter.client.remote_client import RemoteClient
@@ -13,7 +25,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ArbiterError",
+    "ClientConflict",
+    "ConfigError",
+    "EvaluationError",
     "EvaluatorRestarted",
+    "InvalidAction",
+    "MessageTooLarge",
+    "OutOfOrder",
     "RemoteClient",
     "RemoteEnv",
     "ServerUnavailable",

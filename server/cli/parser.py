@@ -120,7 +120,8 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         metavar="URL",
         help="the Redis to use (default: $ARBITER_REDIS_URL, else "
         + (
-            "a redis-server of its own on 127.0.0.1:6379, or a free port when 6379 is busy, stopped at the end)"
+            "a redis-server of its own on port 6379 of 127.0.0.1 or the next free loopback address, named to the "
+            "agent in $redis_ip; else on a free port; stopped at the end)"
             if run
             else "redis://$redis_ip:6379/0, with redis_ip 127.0.0.1 when unset)"
         ),
