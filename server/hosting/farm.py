@@ -67,6 +67,11 @@ def submit(
         raise ConfigError(f"--image {image!r} is not an image name (such as registry.example.org/team/agent:v3)")
     for assignment in sets or []:
         table = assignment.partition("=")[0].strip().split(".", 1)[0]
+        if table == "debug":
+            raise ConfigError(
+                "--set debug: a debug submission is made with --debug, which gives it its own quota and keeps it off "
+                "every board"
+            )
         if table in ORGANISER_TABLES:
             raise ConfigError(
                 f"--set {assignment.partition('=')[0].strip()}: a competition's [{table}] table (quotas, the agent's "

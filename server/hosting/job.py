@@ -307,6 +307,8 @@ def _mark_summary(results_dir: str, submission: Submission, cancelled: str | Non
         "phase": submission.phase,
         "debug": submission.debug,
         "attempts": submission.attempts,
+        # What the submission changed of the competition: a board ranks it apart (leaderboard/entries.py).
+        **({"sets": list(submission.sets)} if submission.sets else {}),
         **({"cancelled": cancelled} if cancelled else {}),
     }
     temporary = f"{path}.tmp.{uuid.uuid4().hex[:8]}"

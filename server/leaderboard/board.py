@@ -51,6 +51,10 @@ def build_board(
             "it is a file, not a folder" if os.path.exists(results_root) else "it does not exist")  # fmt: skip
         raise ConfigError(f"no results of competition {spec.name!r} under {results_root} ({where})")
     names = _column_names(spec, rule_name)
+    # What every ranked evaluation ran under; a hosted submission may choose its phase, and what
+    # the rule reports beside its figures (DIAMBRA's game and difficulty), nothing else.
+    free = ("phase", *scoring_rule(spec.format, rule_name, spec.options).context_names)
+    conditions = {"competition": spec.name, "budgets": spec.budgets.as_dict(), "free": free}
     entries = [
         read_entry(
             d,
@@ -59,7 +63,7 @@ def build_board(
             rule_name=rule_name,
             columns=(),
             from_records=from_records,
-            conditions={"competition": spec.name, "budgets": spec.budgets.as_dict()},
+            conditions=conditions,
         )  # fmt: skip
         for d in results_folders(folder)
     ]

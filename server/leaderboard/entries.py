@@ -120,8 +120,9 @@ def read_entry(
     """The folder as an entry of a board scored by ``rule_name``; a folder that cannot be ranked
     carries its ``problem``, never an exception (one bad folder does not hide the others).
     ``from_records``: its figures recomputed from its episodes.jsonl even under its own rule.
-    ``conditions``: the ``competition`` name and ``budgets`` the board's evaluations ran under; a
-    folder evaluated under others (another competition's, or budgets set apart) is not ranked."""
+    ``conditions``: the ``competition`` name and ``budgets`` the board's evaluations ran under, and
+    the keys a submission may set (``free``); a folder evaluated under others (another
+    competition's, budgets set apart, a hosted submission's ``--set`` of another key) is not ranked."""
     relative = os.path.relpath(results_dir, root)
     if not os.path.exists(os.path.join(results_dir, SUMMARY_FILE)):
         return _without_summary(results_dir, relative)
@@ -139,7 +140,7 @@ def read_entry(
         participant=str(identity.get("participant") or os.path.basename(results_dir)),
         submission=str(identity.get("id") or summary.get("service_id") or os.path.basename(results_dir)),
         submitted_at=_submitted_at(identity, summary),
-        debug=identity.get("debug", summary.get("debug")) is True,
+        debug=identity.get("debug") is True or summary.get("debug") is True,
         phase=None if phase is None else str(phase),
         state=str(summary.get("state")),
         cause=summary.get("termination_cause"),
@@ -179,6 +180,12 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
     for name, value in conditions["budgets"].items():
         if name in budgets and budgets[name] != value:
             said.append(f"{name} {budgets[name]!r} (the competition's: {value!r})")
+    identity = summary.get("submission") if isinstance(summary.get("submission"), dict) else {}
+    sets = identity.get("sets") if isinstance(identity.get("sets"), list) else []
+    for assignment in sets:  # a hosted submission's --set overrides
+        key = str(assignment).partition("=")[0].strip().split(".", 1)[0]
+        if key not in conditions.get("free", ()) and key != "budgets":  # budgets: compared above
+            said.append(f"--set {assignment}")
     return "; ".join(said) or None
 
 

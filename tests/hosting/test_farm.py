@@ -44,6 +44,8 @@ def test_a_submission_is_recorded_and_queued(redis_conn: redis.Redis, tiny_tests
         ({"sets": ["hosting.daily_submissions=100"]}, r"--set hosting.daily_submissions: a competition's \[hosting\]"),
         ({"sets": ["hosting.memory=64g"]}, "never from a submission"),
         ({"sets": [" leaderboard.ranking = borda"]}, r"--set leaderboard.ranking: a competition's \[leaderboard\]"),
+        # a debug submission is --debug's: its own quota, never ranked
+        ({"sets": ["debug=true"]}, "--set debug: a debug submission is made with --debug"),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(redis_conn, tiny_tests, tmp_path, given, message) -> None:

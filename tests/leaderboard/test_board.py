@@ -380,3 +380,26 @@ def test_evaluations_under_other_conditions_are_listed_apart_with_what_differs(t
         causes["moved"] == "evaluated under other conditions than the competition's: competition 'other-cup', not 'cup'"
     )
     assert causes["slow"].endswith(f"step_s 100.0 (the competition's: {spec.budgets.step_s!r})")
+
+
+def test_a_hosted_submission_that_set_more_than_its_phase_or_what_it_plays_is_ranked_apart(tmp_path):
+    """`arbiter submit --set`: a submission may choose its phase and what the rule reports beside
+    its figures (two-phase's env is env_id's, so no); anything else it changed (a shorter test set,
+    another seed) is evaluated under other conditions. A debug run is one by either flag."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    for name, sets, minutes in (("fair", ["phase=1"], 1), ("short", ["max_episodes=1"], 2), ("seeded", ["seed=7"], 3)):
+        folder = write_folder(tmp_path, "cup", f"sub-{name}", name, {"phase1": 100.0 * minutes}, minutes=minutes)
+        summary = json.loads((folder / "summary.json").read_text())
+        summary["submission"]["sets"] = sets
+        (folder / "summary.json").write_text(json.dumps(summary))
+    half = write_folder(tmp_path, "cup", "sub-half-debug", "half", {"phase1": 999.0}, minutes=4)
+    summary = json.loads((half / "summary.json").read_text())
+    (half / "summary.json").write_text(json.dumps({**summary, "debug": True}))  # the submission block says false
+    board = build_board(spec, str(tmp_path))
+    assert [r["participant"] for r in board["rows"]] == ["fair"]
+    causes = {u["participant"]: u["cause"] for u in board["unranked"]}
+    assert causes == {
+        "short": "evaluated under other conditions than the competition's: --set max_episodes=1",
+        "seeded": "evaluated under other conditions than the competition's: --set seed=7",
+    }
+    assert board["counts"]["debug_left_out"] == 1
