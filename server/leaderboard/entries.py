@@ -101,7 +101,8 @@ def _without_summary(results_dir: str, relative: str) -> Entry:
         pass
     name = os.path.basename(results_dir)
     cause = (
-        "no summary.json yet: the evaluation is running, or stopped before its end (`arbiter serve --resume` goes on)"
+        "no summary.json yet: the evaluation is running, or stopped before its end (a killed evaluator; "
+        "on a farm, `arbiter submissions` says what became of it)"
     )
     return Entry(results_dir, relative, name, name, started.get("time"), started.get("debug") is True, None,
                  RUNNING_STATE, None, problem=cause)  # fmt: skip
