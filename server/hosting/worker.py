@@ -94,7 +94,14 @@ class ArbiterWorker(Worker):
         self._reap()
 
     def maintain_heartbeats(self, job, execution) -> None:
-        super().maintain_heartbeats(job, execution)
+        try:
+            super().maintain_heartbeats(job, execution)
+        except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError) as exc:
+            # The farm's Redis restarting, or out of reach a moment: the horse goes on watched. Its
+            # attempt stops itself before its lock can lapse (job.py's LockKeeper) if the outage
+            # lasts; the horse then ends, and this worker meets the outage where it records that.
+            log.warning("heartbeat not sent (the farm's Redis: %s); the attempt goes on while its lock holds", exc)
+            return
         self._reap()
 
     def _reap(self) -> None:

@@ -251,3 +251,52 @@ def test_an_attempt_cut_off_from_the_farm_stops_before_its_lock_can_lapse(tiny_t
         done = wait_state(farm.store, farm.submission.id, FINISHED, timeout_s=90)
         assert done.attempts == 2
         assert read_summary(done.results)["state"] == "SUCCESS"
+
+
+def test_a_busy_worker_rides_out_a_restart_of_the_farm_s_redis(tiny_tests, tmp_path):
+    """The farm's Redis (its data kept on disk) killed and started again in the middle of an
+    evaluation: the busy worker's heartbeat fails meanwhile, and the worker goes on watching its
+    horse instead of quitting; the evaluation ends SUCCESS, on the attempt that was running."""
+    import subprocess
+
+    from arbiter.server.cli.embedded_redis import free_port, redis_server_binary
+
+    port, folder = free_port(), tmp_path / "farm-redis"
+    folder.mkdir()
+    url = f"redis://127.0.0.1:{port}/0"
+
+    def start_redis() -> subprocess.Popen:
+        server = subprocess.Popen(
+            [redis_server_binary(), "--port", str(port), "--bind", "127.0.0.1", "--dir", str(folder),
+             "--appendonly", "yes", "--appendfsync", "always", "--save", ""],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
+        wait_for(lambda: _answers(url), what="the farm's Redis answering")
+        return server
+
+    server = start_redis()
+    workers = Workers(url, str(tmp_path / "results"))
+    try:
+        submission = submit(redis.Redis.from_url(url), competition=competition_file(tmp_path, tiny_tests),
+                            participant="alice", agent=seeded_agent(0.05))  # fmt: skip
+        worker = workers.start()
+        wait_state(SubmissionStore(redis.Redis.from_url(url)), submission.id, RUNNING, timeout_s=30)
+        server.kill()
+        server.wait()
+        wait_for(lambda: "heartbeat not sent" in workers.log_of(worker), timeout_s=10, what="a heartbeat refused")
+        server = start_redis()
+        done = wait_state(SubmissionStore(redis.Redis.from_url(url)), submission.id, FINISHED, timeout_s=90)
+        assert worker.poll() is None, workers.log_of(worker)
+        assert done.attempts == 1 and read_summary(done.results)["state"] == "SUCCESS"
+        assert "Traceback" not in workers.log_of(worker)
+    finally:
+        workers.stop_all()
+        server.kill()
+        server.wait()
+
+
+def _answers(url: str) -> bool:
+    try:
+        return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
+    except redis.exceptions.ConnectionError:
+        return False
