@@ -33,6 +33,15 @@ def death_signal_wrapper() -> list[str]:
     return [setpriv, "--pdeathsig", "KILL", "--"] if "--pdeathsig" in helped.stdout else []
 
 
+def signalled_when_parent_ends(parent: int, signum: int = signal.SIGTERM) -> None:
+    """For the calling process, a fork's child: ``signum`` from the kernel when the thread of
+    ``parent`` that forked it ends, killed included; at once if ``parent`` has ended already."""
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    prctl(PR_SET_PDEATHSIG, signum)
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+
+
 def dying_with_parent() -> Callable[[], None]:
     """Where setpriv cannot: a ``preexec_fn`` that has the kernel SIGKILL the child when the
     thread that started it ends (killed included), and kills a child whose parent already ended

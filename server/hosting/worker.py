@@ -13,6 +13,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 import threading
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,7 @@ import redis
 from rq import Worker
 
 from arbiter.protocol.errors import ArbiterError, ConfigError
+from arbiter.server.cli.parent_death import signalled_when_parent_ends
 from arbiter.server.hosting.backends import get_backend
 from arbiter.server.hosting.job import WorkerSettings, configure, current_settings
 from arbiter.server.hosting.private_redis import remove_abandoned
@@ -37,6 +39,18 @@ WORKER_TTL_S = 16
 
 
 class ArbiterWorker(Worker):
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._worker_pid = os.getpid()
+
+    def setup_work_horse_signals(self) -> None:
+        """In the work-horse, right after its fork: a SIGTERM from the kernel when this worker
+        ends, killed outright included, which the evaluation obeys as a stop (INTERRUPTED, its
+        agent stopped): no attempt goes on unwatched, and the submission is taken up again."""
+        super().setup_work_horse_signals()
+        if sys.platform.startswith("linux"):
+            signalled_when_parent_ends(self._worker_pid, signal.SIGTERM)
+
     def kill_horse(self, sig=signal.SIGKILL) -> None:
         """RQ kills the work-horse's process group (a cold shutdown, a stop command, a job far
         past its timeout); the groups the horse started (the agent's, a container engine's) go

@@ -300,3 +300,24 @@ def _answers(url: str) -> bool:
         return bool(redis.Redis.from_url(url, socket_timeout=1).ping())
     except redis.exceptions.ConnectionError:
         return False
+
+
+def test_a_worker_killed_alone_takes_its_evaluation_along_and_another_goes_on_with_it(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers: Workers
+) -> None:
+    """SIGKILL to the worker process only (not its horse): the kernel stops the horse too (its
+    evaluation ends INTERRUPTED, its agent with it), so no attempt goes on unwatched, and another
+    worker goes on with the submission after its last finished episode."""
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05))
+    store = SubmissionStore(redis_conn)
+    first = workers.start()
+    running = wait_state(store, submission.id, RUNNING, timeout_s=30)
+    evaluating = wait_for(lambda: len(descendants(first.pid)) >= 2 and descendants(first.pid), what="horse + agent")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(timeout=10)
+    wait_for(lambda: not any(alive(pid) for pid in evaluating), timeout_s=15, what="the horse and the agent gone")
+    assert read_summary(running.results)["state"] == "INTERRUPTED"
+    workers.start()
+    done = wait_state(store, submission.id, FINISHED, timeout_s=90)
+    assert done.attempts == 2 and read_summary(done.results)["state"] == "SUCCESS"
