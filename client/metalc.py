@@ -64,7 +64,7 @@ from arbiter.client import metalc_process
 from arbiter.client.metalc_play import SAMPLES_KEPT, STEP_KINDS, TIMED
 from arbiter.client.metalc_process import FoldProcess, Submission, refusal
 from arbiter.client.wire import Wire
-from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, TimeoutException
+from arbiter.protocol.errors import ArbiterError, EvaluationError, EvaluatorRestarted, TimeoutException
 from arbiter.protocol.messages import FLATLAND_RL, PROTOCOL_VERSION, extension
 
 log = logging.getLogger("arbiter.metalc")
@@ -233,6 +233,12 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
     try:
         scores = run(args.submission_dir, agent_module=args.agent_module)
+    except EvaluationError as exc:
+        if exc.ended == "SUCCESS":  # it ended by itself, scored (its agent's successive timeouts): done
+            log.info("%s", exc)
+            return 0
+        log.error("%s: %s", type(exc).__name__, exc)
+        return 1
     except ArbiterError as exc:  # a refusal, an unreachable evaluator, the agent's error: its message says it
         log.error("%s: %s", type(exc).__name__, exc)
         return 1

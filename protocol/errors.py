@@ -64,9 +64,14 @@ class ClientConflict(ProtocolError):
 
 
 class EvaluationError(ArbiterError):
-    """The evaluation cannot go on (over budget, already finished, ...)."""
+    """The evaluation cannot go on (over budget, already finished, ...). ``ended``: the state it
+    ended in (``SUCCESS``, ``FAILED``) when it has ended, as the evaluator said; else None."""
 
     code = "EVALUATION"
+
+    def __init__(self, message: str, ended: str | None = None):
+        super().__init__(message)
+        self.ended = ended
 
 
 class ServerUnavailable(ArbiterError):
@@ -122,5 +127,9 @@ def error_from_payload(payload: object) -> ArbiterError:
         code = payload.get("code")
         message = payload.get("message", payload)
         cls = ERRORS_BY_CODE.get(code, ArbiterError) if isinstance(code, str) else ArbiterError
+        if cls is EvaluationError:
+            ext = payload.get("arbiter")
+            ended = ext.get("ended") if isinstance(ext, dict) else None
+            return EvaluationError(str(message), ended=ended if isinstance(ended, str) else None)
         return cls(str(message))
     return ArbiterError(str(payload))

@@ -183,17 +183,15 @@ class EvaluatorService:
         return evaluation.summary()
 
     def _tell_the_client_it_ended(self) -> None:
-        """An ending the client did not ask for (a budget, a flood, its successive timeouts) is
-        posted on the errors list, which every request of arbiter's clients reads first: an agent
-        stepping without replies learns of it at its next step (EvaluationError), not only at its
-        next request that waits for one. An interrupted evaluation may be resumed: nothing is posted."""
+        """An ending the client did not ask for (a budget, a flood) is posted on the errors list,
+        which arbiter's clients read before every request: an agent stepping without replies
+        learns of it at its next step. An interrupted evaluation may be resumed: nothing posted."""
         evaluation = self.evaluation
         if evaluation.submitted or evaluation.state is State.INTERRUPTED or self.transport.stop_requested:
             return
-        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
         try:  # one attempt: the evaluation is over. At the far end: a timeout posted before comes out first
             self.transport.redis.lpush(
-                self.transport.errors_key, codec.encode(error_reply(EvaluationError.code, said), wire=self.client_wire)
+                self.transport.errors_key, codec.encode(self._ended_reply(), wire=self.client_wire)
             )
         except redis.RedisError as exc:
             log.warning("the client was not told the evaluation ended: %s", exc)
@@ -219,13 +217,18 @@ class EvaluatorService:
     def answer_ended(self, raw: bytes) -> None:
         """A request taken once the evaluation has ended: answered with an ``EvaluationError``
         saying how it ended (when it names a reply list)."""
-        evaluation = self.evaluation
         request = self.requests.read(raw)
         if request is not None and request.reply_to is not None:
-            said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
-            reply = codec.encode(error_reply(EvaluationError.code, said), wire=request.wire)
-            self.transport.reply(request.reply_to, reply)
+            self.transport.reply(request.reply_to, codec.encode(self._ended_reply(), wire=request.wire))
             self.transport.flush()
+
+    def _ended_reply(self) -> dict[str, Any]:
+        """The EvaluationError that says how the evaluation ended, its state under ``"arbiter"``."""
+        evaluation = self.evaluation
+        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
+        reply = error_reply(EvaluationError.code, said)
+        reply["payload"][EXTENSION_KEY] = {"ended": evaluation.state.value}
+        return reply
 
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""

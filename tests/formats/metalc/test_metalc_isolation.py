@@ -482,3 +482,31 @@ def test_the_folders_of_a_runner_killed_outright_are_removed_by_the_next_one(tmp
     metalc.remove_abandoned_folds()
     assert not abandoned.exists()
     assert running.exists() and other.exists()
+
+
+def test_a_runner_whose_evaluation_ends_by_itself_scored_exits_0(data_dir, tmp_path):
+    """The agent's suggestions all come too late: the evaluation ends by itself after its
+    successive timeouts, scored (SUCCESS). The runner is told so (EvaluationError, ``ended``
+    SUCCESS) and exits 0, so `arbiter run` says SUCCESS with status 0, not the runner's failure."""
+    submission = tmp_path / "submission"
+    submission.mkdir()
+    (submission / "agent.py").write_text(ONE_STEP + textwrap.dedent("""
+        import time
+
+        class Agent(Agent):
+            def suggest(self, observation):
+                time.sleep(0.3)  # past every step budget
+                return super().suggest(observation)
+        """), encoding="utf-8")  # fmt: skip
+    settings = [*FAST, "budgets.step_s=0.1", "budgets.planning_s=0.1", "budgets.max_successive_timeouts=2"]
+    results = tmp_path / "r"
+    done = subprocess.run(
+        [sys.executable, "-m", "arbiter.server.cli", "run", "--competition", "metalc-wcci2022", "--tests", data_dir,
+         *[f"--set={setting}" for setting in settings], "--results", str(results), "--quiet", "--",
+         sys.executable, "-m", "arbiter.client.metalc", str(submission)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    summary = read_summary(str(results))
+    assert summary["state"] == "SUCCESS" and "successive timeouts" in summary["termination_cause"]
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "the evaluation has ended (SUCCESS)" in done.stderr
