@@ -17,8 +17,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import redis
-
 from arbiter.protocol import codec
 from arbiter.protocol.errors import (
     ArbiterError,
@@ -28,10 +26,11 @@ from arbiter.protocol.errors import (
     UnknownMessageType,
 )
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
-from arbiter.server.core.evaluation import Evaluation, State
+from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
+from arbiter.server.service.endings_told import ended_reply, post_ending
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.redis_calls import RedisFull
 from arbiter.server.service.requests import Request, RequestReader
@@ -177,24 +176,10 @@ class EvaluatorService:
                 evaluation.endings.interrupt(str(evaluation.store.unwritable))
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
-        self._tell_the_client_it_ended()
+        post_ending(self.transport, evaluation, self.client_wire)  # an ending it did not ask for
         self.frames.close()
         self.ended_at = time.monotonic()
         return evaluation.summary()
-
-    def _tell_the_client_it_ended(self) -> None:
-        """An ending the client did not ask for (a budget, a flood) is posted on the errors list,
-        which arbiter's clients read before every request: an agent stepping without replies
-        learns of it at its next step. An interrupted evaluation may be resumed: nothing posted."""
-        evaluation = self.evaluation
-        if evaluation.submitted or evaluation.state is State.INTERRUPTED or self.transport.stop_requested:
-            return
-        try:  # one attempt: the evaluation is over. At the far end: a timeout posted before comes out first
-            self.transport.redis.lpush(
-                self.transport.errors_key, codec.encode(self._ended_reply(), wire=self.client_wire)
-            )
-        except redis.RedisError as exc:
-            log.warning("the client was not told the evaluation ended: %s", exc)
 
     def answer_after_end(self, until: float) -> None:
         """Once the evaluation has ended, until ``until`` (monotonic) or the local agent's exit:
@@ -219,16 +204,8 @@ class EvaluatorService:
         saying how it ended (when it names a reply list)."""
         request = self.requests.read(raw)
         if request is not None and request.reply_to is not None:
-            self.transport.reply(request.reply_to, codec.encode(self._ended_reply(), wire=request.wire))
+            self.transport.reply(request.reply_to, codec.encode(ended_reply(self.evaluation), wire=request.wire))
             self.transport.flush()
-
-    def _ended_reply(self) -> dict[str, Any]:
-        """The EvaluationError that says how the evaluation ended, its state under ``"arbiter"``."""
-        evaluation = self.evaluation
-        said = f"the evaluation has ended ({evaluation.state.value}): {evaluation.termination_cause}"
-        reply = error_reply(EvaluationError.code, said)
-        reply["payload"][EXTENSION_KEY] = {"ended": evaluation.state.value}
-        return reply
 
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
