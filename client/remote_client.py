@@ -265,6 +265,9 @@ class RemoteClient(Wire):
         return response["payload"]
 
     def close(self) -> None:
+        """Release the evaluation (another client may go on with it at once) and close the
+        connections."""
+        self.release()
         if self._step_conn is not None:
             self._step_conn.disconnect()
         super().close()

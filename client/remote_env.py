@@ -218,6 +218,9 @@ class RemoteEnv(gymnasium.Env):
         return self.wire.request(FLATLAND_RL.ENV_SUBMIT, {})["payload"]
 
     def close(self) -> None:
+        """Release the evaluation (another client may go on with it at once) and close the
+        connection. An episode left running is not ended by it: its budget runs on."""
+        self.wire.release()
         self.wire.close()
         if self.frames is not None:
             self.frames.close()

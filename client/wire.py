@@ -32,7 +32,7 @@ from arbiter.protocol.errors import (
     TimeoutException,
     error_from_payload,
 )
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, extension, request
+from arbiter.protocol.messages import ARBITER, EXTENSION_KEY, FLATLAND_RL, extension, request
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, Command, Packets, connect, pack, pack3, redacted
 from arbiter.protocol.spin_wait import SpinWait, window_from_environment
 
@@ -328,7 +328,7 @@ class Wire:
 
     # -- the parts of a request -------------------------------------------------------------
 
-    def _tagged(self, type_: str, payload: dict[str, Any], channel: str) -> bytes:
+    def _tagged(self, type_: str, payload: dict[str, Any], channel: str | None) -> bytes:
         """The request, with this client's session and next sequence number (server/clients.py)."""
         self._seq += 1
         ext = payload.get(EXTENSION_KEY)
@@ -385,6 +385,20 @@ class Wire:
                 log.warning("Redis unreachable (%s); retrying", exc)
                 time.sleep(pause_s)
                 pause_s = min(pause_s * 2, 1.0)
+
+    def release(self) -> None:
+        """Tell arbiter's evaluator this client is done with the evaluation, so another client
+        (the next ``RemoteEnv`` of this process, a restarted agent) is served at once rather than
+        after this one's silence. Sent once, never answered, never waited for: a Redis out of
+        reach here only means the successor waits as before. Nothing to release when no
+        arbiter evaluator answered this client (flatland's own service knows no release)."""
+        if not self.resend_all or self._seq == 0:
+            return
+        try:
+            message = self._tagged(ARBITER.RELEASE, {}, None)
+            self.packets.run([pack3(b"LPUSH", self._commands_key_bytes, message)])
+        except (redis.RedisError, OSError) as exc:
+            log.info("could not tell the evaluator this client is done (%s): the next client waits its turn", exc)
 
     def close(self) -> None:
         self.packets.close()

@@ -83,11 +83,15 @@ class FLATLAND_RL:  # noqa: N801 - the wire names, spelled as flatland-rl spells
     ERROR = "FLATLAND_RL.ERROR"
 
 
+class ARBITER:  # arbiter's own request types: flatland's service knows none of them
+    RELEASE = "ARBITER.RELEASE"
+
+
 REQUEST_TYPES = frozenset({FLATLAND_RL.PING, FLATLAND_RL.ENV_CREATE, FLATLAND_RL.ENV_STEP, FLATLAND_RL.ENV_SUBMIT})
 TIMEOUT_TYPES = frozenset({FLATLAND_RL.ENV_STEP_TIMEOUT, FLATLAND_RL.ENV_RESET_TIMEOUT})
 
 
-def request(type_: str, payload: dict[str, Any], response_channel: str) -> dict[str, Any]:
+def request(type_: str, payload: dict[str, Any], response_channel: str | None) -> dict[str, Any]:
     return {
         "type": type_,
         "payload": payload,

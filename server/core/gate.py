@@ -18,8 +18,8 @@ never interleave steps:
   started again goes on with the evaluation. The refusal says when that would be possible
   (``retry_after_s``), and arbiter's client keeps asking until then if its reply timeout allows.
   A bound client the evaluator told it cannot go on (``EvaluatorRestarted``: its env went with a
-  restarted evaluator) can be replaced at once (``yield_to_successor``), until it sends a new
-  request.
+  restarted evaluator), or one that said it is done (``ARBITER.RELEASE``, sent by its
+  ``close()``), can be replaced at once (``yield_to_successor``), until it sends a new request.
 
 For the bound client:
 
@@ -124,9 +124,9 @@ class ClientGate:
         return Admission(Verdict.APPLY, seq, lost=lost, took_over_after_s=took_over_after_s, bound=bound)
 
     def yield_to_successor(self) -> None:
-        """The bound client was told it cannot go on and must be restarted (``EvaluatorRestarted``):
-        another client's handshake may take over at once rather than after the client's silence,
-        so its restarted agent is served as soon as it asks. A request of its own first (a runner
+        """The bound client was told it cannot go on and must be restarted (``EvaluatorRestarted``),
+        or it released the evaluation (closed): another client's handshake may take over at once
+        rather than after the client's silence, so its successor is served as soon as it asks. A request of its own first (a runner
         that rebuilds its agent and goes on) keeps the evaluation bound to it."""
         self._yielded = True
 

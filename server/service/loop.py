@@ -25,7 +25,7 @@ from arbiter.protocol.errors import (
     OutOfOrder,
     UnknownMessageType,
 )
-from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
+from arbiter.protocol.messages import ARBITER, EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.core.words import quoted_from_agent
@@ -105,7 +105,15 @@ class EvaluatorService:
             FLATLAND_RL.ENV_CREATE: evaluation.on_create,
             FLATLAND_RL.ENV_STEP: evaluation.on_step,
             FLATLAND_RL.ENV_SUBMIT: evaluation.on_submit,
+            ARBITER.RELEASE: self._release,
         }
+
+    def _release(self, payload: dict[str, Any], now: float) -> None:
+        """The bound client is done (its ``close()``): the next client's handshake need not wait
+        out its silence. Whatever it left running is not ended here: its budget runs on, and a
+        takeover times it out as it would a crashed client's."""
+        self.evaluation.counters["releases"] += 1
+        self.gate.yield_to_successor()
 
     def request_stop(self, reason: str) -> None:
         """End the evaluation as INTERRUPTED with ``reason`` (the first one given) as soon as

@@ -177,3 +177,24 @@ def test_a_step_after_the_episode_ended_is_out_of_order_and_sends_nothing(redis_
         service.request_stop("the test is over")
         summary = finish(outcome)
     assert summary["counters"].get("errors_out_of_order", 0) == 0
+
+
+def test_a_closed_client_lets_the_next_one_in_at_once(redis_url, service_id, tiny_tests, tmp_path):
+    """close() releases the evaluation: the next client (a second one in the same process, an
+    agent started again) is served at once, not after the first has been silent for its step
+    budget (5 s, ten times the second client's reply timeout)."""
+    with running_service(spec(step_s=5.0), tests=tiny_tests, results=str(tmp_path), redis_url=redis_url,
+                         service_id=service_id) as (service, outcome):  # fmt: skip
+        first = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        first.env_create()
+        play_episode(first, first.episode_index)
+        first.close()
+        second = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=0.5)
+        second.env_create()
+        assert second.episode_index == 1
+        play_episode(second, second.episode_index)
+        service.request_stop("the test is over")
+        summary = finish(outcome)
+        second.close()
+    assert summary["counters"]["releases"] == 1 and summary["counters"].get("takeovers") == 1
+    assert read_episodes(str(tmp_path))[0]["ended"] == "finished"

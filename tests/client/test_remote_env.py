@@ -43,7 +43,7 @@ def serve(redis_url, service_id, tmp_path):
 
 
 def connect(redis_url: str, service_id: str, **kwargs) -> RemoteEnv:
-    return RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10, **kwargs)
+    return RemoteEnv(redis_url=redis_url, service_id=service_id, **{"reply_timeout_s": 10, **kwargs})
 
 
 def test_the_spaces_come_from_the_evaluator(serve, redis_url, service_id):
@@ -179,3 +179,44 @@ def test_a_tuple_observation_comes_back_a_tuple_as_in_process(redis_url, service
         assert finish(outcome)["state"] == "SUCCESS"
     assert all(type(observation) is tuple for observation in remote)
     assert remote == local and {observation: 0 for observation in remote}  # hashable, as the env's own
+
+
+def test_a_closed_env_lets_the_next_one_in_at_once(serve, redis_url, service_id):
+    """close() releases the evaluation: a second RemoteEnv is served at once, where it would
+    otherwise be refused (OTHER_CLIENT) until the first had been silent for its step budget (5 s
+    here, ten times the second one's reply timeout)."""
+    _, outcome, results = serve(num_episodes=2, length=2)
+    first = connect(redis_url, service_id)
+    first.reset()
+    first.step(1), first.step(1)  # the episode is over
+    first.close()
+    second = connect(redis_url, service_id, reply_timeout_s=0.5)
+    _, info = second.reset()
+    assert info["arbiter"]["item"] == 1
+    second.step(0), second.step(0)
+    second.submit()
+    second.close()
+    summary = finish(outcome)
+    assert summary["state"] == "SUCCESS"
+    assert summary["counters"]["releases"] == 1  # the second close(), after the submit, finds the evaluation over
+    assert [record["return"] for record in read_episodes(results)] == [4.0, 2.0]
+
+
+def test_an_episode_left_running_by_a_closed_env_times_out_when_the_next_client_comes(serve, redis_url, service_id):
+    """Releasing ends nothing by itself: the successor's handshake times the running episode out,
+    as it would a crashed client's."""
+    _, outcome, results = serve(num_episodes=2, length=3)
+    first = connect(redis_url, service_id)
+    first.reset()
+    first.step(1)
+    first.close()
+    second = connect(redis_url, service_id, reply_timeout_s=0.5)
+    _, info = second.reset()
+    assert info["arbiter"]["item"] == 1
+    for _ in range(3):
+        second.step(1)
+    second.submit()
+    second.close()
+    summary = finish(outcome)
+    assert summary["state"] == "SUCCESS" and summary["counters"]["takeovers"] == 1
+    assert [record["ended"] for record in read_episodes(results)] == ["step_timeout", "finished"]
