@@ -126,8 +126,9 @@ class ClientGate:
     def yield_to_successor(self) -> None:
         """The bound client was told it cannot go on and must be restarted (``EvaluatorRestarted``),
         or it released the evaluation (closed): another client's handshake may take over at once
-        rather than after the client's silence, so its successor is served as soon as it asks. A request of its own first (a runner
-        that rebuilds its agent and goes on) keeps the evaluation bound to it."""
+        rather than after the client's silence, so its successor is served as soon as it asks. A
+        request of its own first (a runner that rebuilds its agent and goes on) keeps the
+        evaluation bound to it."""
         self._yielded = True
 
     def remember(self, admission: Admission, reply: dict[str, Any] | None) -> None:
