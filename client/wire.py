@@ -291,6 +291,10 @@ class Wire:
             found = self._with_reconnect(wait, type_, give_up)
             if found is not None:
                 break
+            if self._folded_error is not None:
+                # The errors list already decided this step (a timeout: it is refused; or the
+                # evaluation's end): a reply could only say so, and an evaluator gone gives none.
+                self._raise_pending_timeout(self._folded_error)
             if time.monotonic() >= give_up:
                 raise ServerUnavailable(
                     f"no reply to {type_} from the evaluator within {wait_s:g} s "

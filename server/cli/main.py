@@ -46,6 +46,10 @@ from arbiter.server.formats import get_format
 from arbiter.server.service.process_memory import keep_freed_memory
 
 EXIT_CODES = {State.SUCCESS.value: 0, State.FAILED.value: 1, State.INTERRUPTED.value: 130}
+# serve: after an ending the agent did not ask for, the longest a request is still answered with
+# it. A request that missed the ending was sent right after its client read the errors list: it
+# comes within moments, and a dead agent's never does, so the wait is short.
+ANSWER_AFTER_END_S = 1.0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -157,7 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             shutil.rmtree(made_folder, ignore_errors=True)
         raise
     name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
-    summary = run_to_end(service, progress, results_dir)
+    # An agent waiting on a reply when the evaluation ended by itself is told how, not left to its timeout.
+    summary = run_to_end(service, progress, results_dir, answer_after_end_s=ANSWER_AFTER_END_S, agent_watched=False)
     return EXIT_CODES[summary["state"]]
 
 

@@ -16,6 +16,7 @@ from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
+from arbiter.server.service.endings_told import answer_after_end, ended_unasked
 from arbiter.server.service.events import EventLog, chain, replays_recorded, resumes_recorded
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
@@ -148,16 +149,26 @@ def start_service(
 
 
 def run_to_end(
-    service: EvaluatorService, progress: Progress, results_dir: str, answer_after_end_s: float = 0.0
+    service: EvaluatorService,
+    progress: Progress,
+    results_dir: str,
+    answer_after_end_s: float = 0.0,
+    *,
+    agent_watched: bool = True,
 ) -> dict[str, Any]:
     """Serve until the evaluation ends, then show the results table; returns the summary.
     ``answer_after_end_s``: for that long after the end (or until the local agent exits), every
-    request gets an error that says how the evaluation ended."""
+    request gets an error that says how the evaluation ended. ``agent_watched`` False (``serve``:
+    the agent is another process's, its exit unknown here): only after an ending the agent did
+    not ask for, and only until one request has been answered so."""
     try:
         summary = service.run()
         progress.finished(summary, service.evaluation, results_dir)
-        if answer_after_end_s > 0 and service.ended_at is not None:
-            service.answer_after_end(until=service.ended_at + answer_after_end_s)
+        # Unwatched, an agent is waited for only if one came, and it did not ask for the ending.
+        came = service.gate.owner is not None
+        tell = agent_watched or (came and ended_unasked(service.transport, service.evaluation))
+        if answer_after_end_s > 0 and service.ended_at is not None and tell:
+            answer_after_end(service, until=service.ended_at + answer_after_end_s, until_told=not agent_watched)
     finally:
         service.transport.close()
     return summary

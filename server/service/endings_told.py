@@ -3,15 +3,22 @@
 A request that comes after the end is answered with ``ended_reply``: an ``EvaluationError``
 saying how it ended, the state under ``"arbiter"`` (``EvaluationError.ended`` on the client's
 side). An ending the agent did not ask for (a budget, a flood, its successive timeouts) is also
-posted on the errors list (``post_ending``), which arbiter's clients read before every request:
-an agent stepping without replies learns of it at its next step, not only at its next request
-that waits for one.
+posted on the errors list (``post_ending``), which every client (flatland's too) reads before
+every request: an agent stepping without replies learns of it at its next step, not only at its
+next request that waits for one.
+
+A request can still miss both: one sent just as the evaluation ended (its client read the
+errors list a moment before the ending was posted) reaches a queue nobody serves any more, and
+flatland's client waits for its reply for ever. So the evaluator goes on answering for a while
+(``answer_after_end``): ``arbiter run`` until its agent exits, ``arbiter serve`` (whose agent is
+another machine's) after an ending the agent did not ask for, until the agent has been told.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import redis
 
@@ -19,8 +26,16 @@ from arbiter.protocol import codec
 from arbiter.protocol.errors import EvaluationError
 from arbiter.protocol.messages import EXTENSION_KEY, error_reply
 from arbiter.server.core.evaluation import Evaluation, State
+from arbiter.server.service.transport import RedisUnavailable, StopRequested
+
+if TYPE_CHECKING:
+    from arbiter.server.service.loop import EvaluatorService
 
 log = logging.getLogger(__name__)
+
+# After the end, the longest a wait for a late request lasts before the agent's exit (or whether
+# it has been told) is looked at again.
+AFTER_END_POLL_S = 0.1
 
 
 def ended_reply(evaluation: Evaluation) -> dict[str, Any]:
@@ -31,14 +46,56 @@ def ended_reply(evaluation: Evaluation) -> dict[str, Any]:
     return reply
 
 
+def ended_unasked(transport: Any, evaluation: Evaluation) -> bool:
+    """Whether the evaluation ended without the agent asking (ENV_SUBMIT, whose reply says it)
+    and without being interrupted (``--resume`` may continue it: a stale notice would stop the
+    agent that lived on): an ending the agent is to be told of."""
+    return not (evaluation.submitted or evaluation.state is State.INTERRUPTED or transport.stop_requested)
+
+
 def post_ending(transport: Any, evaluation: Evaluation, wire: str) -> None:
-    """The ending on the errors list, unless the agent asked for it (ENV_SUBMIT, whose reply says
-    it) or the evaluation was interrupted (``--resume`` may continue it: a stale notice would stop
-    the agent that lived on). One attempt: the evaluation is over. At the list's far end (LPUSH),
-    so a timeout posted before it comes out first."""
-    if evaluation.submitted or evaluation.state is State.INTERRUPTED or transport.stop_requested:
+    """The ending on the errors list, when the agent did not ask for it (``ended_unasked``). One
+    attempt: the evaluation is over. At the list's far end (LPUSH), so a timeout posted before it
+    comes out first."""
+    if not ended_unasked(transport, evaluation):
         return
     try:
         transport.redis.lpush(transport.errors_key, codec.encode(ended_reply(evaluation), wire=wire))
     except redis.RedisError as exc:
         log.warning("the client was not told the evaluation ended: %s", exc)
+
+
+def answer_ended(service: EvaluatorService, raw: bytes) -> bool:
+    """A request taken once the evaluation has ended: answered with ``ended_reply`` (when it
+    names a reply list). Whether it was answered."""
+    request = service.requests.read(raw)
+    if request is None or request.reply_to is None:
+        return False
+    service.transport.reply(request.reply_to, codec.encode(ended_reply(service.evaluation), wire=request.wire))
+    service.transport.flush()
+    return True
+
+
+def answer_after_end(service: EvaluatorService, until: float, *, until_told: bool = False) -> None:
+    """Once the evaluation has ended, until ``until`` (monotonic), a stop, or the local agent's
+    exit: every request that comes is answered with ``ended_reply``. ``until_told`` (an agent
+    this process does not watch): also return once the agent has been told, by a request
+    answered so, or by its client having taken everything off the errors list, the ending
+    included."""
+    transport = service.transport
+    # A Redis outage now is ridden out no longer than the window: the evaluation is over.
+    transport.outage_limit_s = min(transport.outage_limit_s, max(0.0, until - time.monotonic()))
+    agent_gone = service.agent_gone
+    while not (agent_gone() or transport.stop_requested):
+        wait_until = min(until, time.monotonic() + AFTER_END_POLL_S)
+        if wait_until <= time.monotonic():
+            return
+        try:
+            raw = transport.pop(wait_until, should_stop=agent_gone)
+            if raw is not None:
+                if answer_ended(service, raw) and until_told:
+                    return
+            elif until_told and transport.redis.llen(transport.errors_key) == 0:
+                return  # nothing queued, and the client read the ending off the errors list
+        except (RedisUnavailable, StopRequested, redis.RedisError):
+            return

@@ -30,7 +30,7 @@ from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
-from arbiter.server.service.endings_told import ended_reply, post_ending
+from arbiter.server.service.endings_told import answer_ended, post_ending
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.redis_calls import RedisFull
 from arbiter.server.service.requests import Request, RequestReader
@@ -45,8 +45,6 @@ log = logging.getLogger(__name__)
 FLOOD_QUEUE_LIMIT = 50_000
 FLOOD_CHECK_EVERY = 1000
 FLOOD_CHECK_S = 1.0
-# After the end, the longest a wait for a late request lasts before the agent's exit is looked at.
-AFTER_END_POLL_S = 0.1
 # What ends an evaluation from outside: an orchestrator (SIGTERM), Ctrl-C, a closed terminal.
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
@@ -134,6 +132,10 @@ class EvaluatorService:
         self._agent_ended_how = how
         self._agent_gone.set()
 
+    def agent_gone(self) -> bool:
+        """Whether the local agent process has ended (``agent_exited``)."""
+        return self._agent_gone.is_set()
+
     def install_signal_handlers(self, also: Callable[[int], None] | None = None) -> None:
         """SIGTERM, SIGINT and SIGHUP end the evaluation as INTERRUPTED at once, with everything
         finished kept: a wait for Redis the signal cuts into (a blocking pop, a hung Redis, an
@@ -189,32 +191,6 @@ class EvaluatorService:
         self.ended_at = time.monotonic()
         return evaluation.summary()
 
-    def answer_after_end(self, until: float) -> None:
-        """Once the evaluation has ended, until ``until`` (monotonic) or the local agent's exit:
-        every request that comes is answered with an ``EvaluationError`` that says how it ended.
-        An evaluation that ends while the agent waits (its budgets, its successive timeouts) would
-        otherwise leave the agent's next request unanswered until its reply timeout."""
-        # A Redis outage now is ridden out no longer than the window: the evaluation is over.
-        self.transport.outage_limit_s = min(self.transport.outage_limit_s, max(0.0, until - time.monotonic()))
-        while not (self._agent_gone.is_set() or self.transport.stop_requested):
-            wait_until = min(until, time.monotonic() + AFTER_END_POLL_S)
-            if wait_until <= time.monotonic():
-                return
-            try:
-                raw = self.transport.pop(wait_until, should_stop=self._agent_gone.is_set)
-                if raw is not None:
-                    self.answer_ended(raw)
-            except (RedisUnavailable, StopRequested):
-                return
-
-    def answer_ended(self, raw: bytes) -> None:
-        """A request taken once the evaluation has ended: answered with an ``EvaluationError``
-        saying how it ended (when it names a reply list)."""
-        request = self.requests.read(raw)
-        if request is not None and request.reply_to is not None:
-            self.transport.reply(request.reply_to, codec.encode(ended_reply(self.evaluation), wire=request.wire))
-            self.transport.flush()
-
     def _serve_once(self) -> bool:
         """Wait for one request or the nearest deadline, and act on it; False: stop serving."""
         evaluation = self.evaluation
@@ -252,7 +228,7 @@ class EvaluatorService:
             if raw is None:
                 return True
             if evaluation.finished:
-                self.answer_ended(raw)
+                answer_ended(self, raw)
                 return False
         self.handle(raw, now)
         evaluation.recording.announce()  # the reply is on its way (or rides the next packet)

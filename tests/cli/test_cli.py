@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import paths
 import pytest
@@ -167,6 +168,68 @@ def test_serve_with_no_client_ends_after_the_idle_budget(redis_url, service_id, 
     summary = summary_of(results)
     assert summary["state"] == "FAILED" and "no client connected" in summary["termination_cause"]
     assert "no score" in done.stderr
+
+
+def serving(tiny_tests: str, redis_url: str, service_id: str, results, *options: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [*ARBITER, "serve", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
+         "--results", str(results), "--quiet", *options],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def test_serve_answers_a_request_that_came_as_its_evaluation_ended(redis_url, service_id, tiny_tests, tmp_path):
+    """A request sent just as the evaluation ended by itself (its client read the errors list a
+    moment before the ending was posted) reaches a queue the evaluation no longer serves: serve
+    answers it with the ending, where flatland's client would wait for a reply for ever, and
+    exits once it has."""
+    from harness import wait_for
+
+    from arbiter.client import RemoteClient
+    from arbiter.protocol.errors import error_from_payload
+    from arbiter.protocol.messages import FLATLAND_RL
+
+    results = tmp_path / "results"
+    server = serving(tiny_tests, redis_url, service_id, results, "--overall-timeout", "0.5")
+    try:
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        wait_for(lambda: (results / "summary.json").exists(), what="the overall budget to end the evaluation")
+        channel = client._new_channel()
+        late = client._tagged(FLATLAND_RL.ENV_CREATE, {}, channel)  # sent without reading the errors list
+        response = client._send_and_await(FLATLAND_RL.ENV_CREATE, late, channel, give_up=time.monotonic() + 5, wait_s=5)
+        error = error_from_payload(response["payload"])
+        assert type(error).__name__ == "EvaluationError" and "overall" in str(error)
+        assert server.wait(timeout=5) == 1, server.stderr.read()  # told: it waits no longer
+        assert error.ended == summary_of(results)["state"] == "FAILED"
+        client.close()
+    finally:
+        server.kill()
+        server.wait()
+        server.stderr.close()
+
+
+def test_serve_waits_on_no_agent_that_read_its_ending(redis_url, service_id, tiny_tests, tmp_path):
+    """The agent learns of the ending from the errors list, at its next request, before sending
+    it: serve sees the list read and exits, well within the time it would answer late requests."""
+    from harness import wait_for
+
+    from arbiter.client import EvaluationError, RemoteClient
+
+    results = tmp_path / "results"
+    server = serving(tiny_tests, redis_url, service_id, results, "--overall-timeout", "0.5")
+    try:
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        client.env_create()
+        wait_for(lambda: (results / "summary.json").exists(), what="the overall budget to end the evaluation")
+        with pytest.raises(EvaluationError, match="overall"):
+            client.env_create()
+        assert server.wait(timeout=5) == 1, server.stderr.read()
+        client.close()
+    finally:
+        server.kill()
+        server.wait()
+        server.stderr.close()
 
 
 def test_serve_whose_redis_is_out_of_reach_leaves_no_folder_behind(tiny_tests, tmp_path):

@@ -220,3 +220,20 @@ def test_an_episode_left_running_by_a_closed_env_times_out_when_the_next_client_
     summary = finish(outcome)
     assert summary["state"] == "SUCCESS" and summary["counters"]["takeovers"] == 1
     assert [record["ended"] for record in read_episodes(results)] == ["step_timeout", "finished"]
+
+
+def test_a_step_sent_after_the_evaluation_ended_by_itself_raises_its_ending(serve, redis_url, service_id):
+    """The overall budget runs out while the agent thinks; its next step's packet takes the ending
+    from the errors list, and no evaluator is left to answer the step: the ending is raised after
+    the first wait for a reply, not ServerUnavailable at the reply timeout."""
+    from arbiter.protocol.errors import EvaluationError
+
+    _, outcome, _ = serve(num_episodes=2, length=3, budgets={"overall_s": 0.3})
+    env = connect(redis_url, service_id, reply_timeout_s=5)
+    env.wire.resend_after_s = 0.2  # the first wait: what an answer from a live evaluator would take at most
+    env.reset()
+    ended = finish(outcome)["state"]  # while the agent thinks
+    with pytest.raises(EvaluationError, match="overall") as told:
+        env.step(1)
+    assert told.value.ended == ended
+    env.close()

@@ -99,7 +99,8 @@ def test_a_killed_agent_costs_one_step_budget_then_the_successive_limit(
     assert records[0]["timed_out"] is True and records[0]["timeout"] == "step"
     assert records[0]["reward"] <= 0  # flatland recorded +max_steps x agents for a timeout
     assert detected_after_s < 0.3 + 0.5  # one step budget (+ file polling slack)
-    assert ended_after_s < 3 * 0.3 + 2.0  # the successive-timeout limit, not an idle budget
+    # The successive-timeout limit, not an idle budget; serve then answers late requests for 1 s.
+    assert ended_after_s < 3 * 0.3 + 1.0 + 2.0
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS" and "3 successive timeouts" in summary["termination_cause"]
     assert [r["index"] for r in read_episodes(str(results))] == [0, 1, 2]
