@@ -39,6 +39,13 @@ def events_key(service_id: str) -> str:
     return f"{NAMESPACE}::{service_id}::events"
 
 
+def evaluator_key(service_id: str) -> str:
+    """Which evaluator serves this service id (server/service/service_claim.py): set by the
+    evaluator alone, on a lease. Not part of flatland's layout; a participant's ACL does not reach
+    it, and a fresh evaluation does not clear it."""
+    return f"{NAMESPACE}::{service_id}::evaluator"
+
+
 def response_prefix(service_id: str) -> str:
     return f"{NAMESPACE}::{service_id}::response::"
 

@@ -160,7 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if made_folder is not None:
             shutil.rmtree(made_folder, ignore_errors=True)
         raise
-    name_submission(service.evaluation, args.participant, results_dir=results_dir, resume=args.resume)
+    name_submission(service, args.participant, results_dir=results_dir, resume=args.resume)
     # An agent waiting on a reply when the evaluation ended by itself is told how, not left to its timeout.
     summary = run_to_end(service, progress, results_dir, answer_after_end_s=ANSWER_AFTER_END_S, agent_watched=False)
     return EXIT_CODES[summary["state"]]

@@ -41,10 +41,11 @@ from arbiter.server.cli.parent_death import death_signal_wrapper
 from arbiter.server.cli.progress import Progress
 from arbiter.server.cli.settings import first_missing
 from arbiter.server.core.competition import CompetitionSpec
-from arbiter.server.core.evaluation import Evaluation, State
+from arbiter.server.core.evaluation import State
 from arbiter.server.core.summary import iso_utc, submission_identity
 from arbiter.server.formats import get_format
 from arbiter.server.service.build import run_to_end, start_service
+from arbiter.server.service.events import submission_recorded
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.transport import EVALUATOR_WINDOW_US
 
@@ -263,9 +264,7 @@ def run_local(
             redis_label=redis_label,
             poll_window_us=poll_window_us,
         )
-        name_submission(
-            service.evaluation, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at
-        )
+        name_submission(service, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at)
         announcement = announce_run(redis_url, service_id, results_dir)
         progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
         if not service.stop_requested:  # stopped while it started: the agent never runs
@@ -275,7 +274,7 @@ def run_local(
                 # The command passed the check above, yet cannot run (a program built for another
                 # system, say): nothing was evaluated, so nothing of this run is kept.
                 service.evaluation.endings.finish(State.FAILED, f"cannot start the agent {agent_command!r}: {exc}", 0.0)
-                service.transport.close()
+                service.close()
                 raise ConfigError(f"cannot start the agent {agent_command!r}: {exc}") from None
             agent_started = True
             threading.Thread(target=_watch_agent, args=(agent, service), name="agent-watcher", daemon=True).start()
@@ -309,7 +308,7 @@ def run_local(
 
 
 def name_submission(
-    evaluation: Evaluation,
+    service: EvaluatorService,
     participant: str | None,
     *,
     results_dir: str,
@@ -319,8 +318,10 @@ def name_submission(
     """Give the evaluation the identity summary.json's ``submission`` records, before anything
     can end it: ``participant``, the service id, ``submitted_at`` (a Unix time; by default when the
     evaluation started) and whether it is a debug run. A resumed evaluation keeps the identity
-    of its first start: the one its summary recorded, else (it was killed before it wrote one)
-    the participant now named, submitted when its first run started."""
+    of its first start: the one its summary recorded, else the one its first run named in its
+    events (it was killed before it wrote a summary), else the participant now named, submitted
+    when its first run started. A new identity is written into the events at once."""
+    evaluation = service.evaluation
     if resume:
         kept = _recorded_identity(results_dir)
         if kept is not None:
@@ -342,16 +343,21 @@ def name_submission(
     evaluation.submission = submission_identity(
         participant=participant, submission_id=evaluation.service_id, submitted_at=when, debug=evaluation.debug
     )
+    if service.events is not None:
+        service.events.submission(evaluation.submission)
 
 
 def _recorded_identity(results_dir: str) -> dict[str, Any] | None:
-    """The ``submission`` an earlier run of this evaluation wrote into its summary.json, if any."""
+    """The ``submission`` an earlier run of this evaluation wrote into its summary.json, else
+    into its events (a run killed before its summary), if any."""
     try:
         with open(os.path.join(results_dir, "summary.json"), encoding="utf-8") as handle:
             found = json.load(handle).get("submission")
     except (OSError, ValueError, AttributeError):
-        return None
-    return found if isinstance(found, dict) and found.get("participant") else None
+        found = None
+    if isinstance(found, dict) and found.get("participant"):
+        return found
+    return submission_recorded(os.path.join(results_dir, "events.jsonl"))
 
 
 def _first_start(results_dir: str) -> str | None:

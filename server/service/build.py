@@ -20,6 +20,7 @@ from arbiter.server.service.endings_told import answer_after_end, ended_unasked
 from arbiter.server.service.events import EventLog, chain, replays_recorded, resumes_recorded
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
+from arbiter.server.service.service_claim import ServiceClaim
 from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, EVALUATOR_WINDOW_US, RedisTransport
 
 if TYPE_CHECKING:  # the lines a person watching reads: the command line's, handed in by it
@@ -63,42 +64,59 @@ def build_service(
     # An evaluation that started before (its events say so) continues, even with no item finished:
     # its agent may be inside the first one.
     continues = resume and (bool(records) or os.path.exists(store.events_path))
-    if not resume:
-        store.start_fresh()
-        record_seed(results_dir, spec, tests)
-    # Without recording the plan is used as it is: not even a wrapper on the step path.
-    recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
-    events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
+    transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
+    # Before anything is written or cleared: another evaluator serving this service id here is
+    # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
+    claim = ServiceClaim(redis_url, service_id)
     try:
-        evaluation = Evaluation(
-            recorder or plan,
-            rule,
-            spec.budgets,
-            store,
-            competition=spec.name,
-            service_id=service_id,
-            format_name=spec.format,
-            options=spec.options_dict(),
-            debug=spec.debug,
-            on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
-            on_finish=events.finished,
-            on_replay=events.replayed,
-        )
-        if continues:
-            restore(evaluation, records, earlier=previous)
-            evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too
-            evaluation.replayed = replays_recorded(store.events_path)  # this run's come after
-        transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
-        if not resume:
-            transport.clear()  # the events stream too: a watcher sees this evaluation only
-        # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
-        # sends it again): counted before the started event, so a request sent once the event is
-        # out is handled, never taken for a leftover and left for the client's resend.
-        service = EvaluatorService(evaluation, transport, accept_pickle=spec.accept_pickle, redis_private=redis_private)
+        claim.take(transport._call, transport.redis)
     except BaseException:
-        events.close()
+        transport.redis.close()
         raise
-    events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+    try:
+        if not resume:
+            store.start_fresh()
+            record_seed(results_dir, spec, tests)
+        # Without recording the plan is used as it is: not even a wrapper on the step path.
+        recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
+        events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
+        try:
+            evaluation = Evaluation(
+                recorder or plan,
+                rule,
+                spec.budgets,
+                store,
+                competition=spec.name,
+                service_id=service_id,
+                format_name=spec.format,
+                options=spec.options_dict(),
+                debug=spec.debug,
+                on_episode=chain(recorder.episode_ended if recorder else None, events.episode, on_episode),
+                on_finish=events.finished,
+                on_replay=events.replayed,
+            )
+            if continues:
+                restore(evaluation, records, earlier=previous)
+                evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too
+                evaluation.replayed = replays_recorded(store.events_path)  # this run's come after
+            if not resume:
+                transport.clear()  # the events stream too: a watcher sees this evaluation only
+            # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
+            # sends it again): counted before the started event, so a request sent once the event is
+            # out is handled, never taken for a leftover and left for the client's resend.
+            service = EvaluatorService(
+                evaluation, transport, accept_pickle=spec.accept_pickle, redis_private=redis_private
+            )
+        except BaseException:
+            events.close()
+            raise
+        events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+    except BaseException:
+        claim.release()
+        raise
+    service.claim = claim
+    service.events = events
+    claim.keep(on_lost=service.request_stop)
     return service
 
 

@@ -44,6 +44,7 @@ INTERRUPTED = "INTERRUPTED"  # the evaluation's state (not imported: `arbiter wa
 
 STARTED, EPISODE, TIMEOUT, FINISHED = "started", "episode", "timeout", "finished"
 REPLAYED = "replayed"  # items withdrawn from the results, to be played again (a restart)
+SUBMISSION = "submission"  # whose evaluation it is: what a resume keeps, should no summary be written
 # What an episode event carries of the episode's record (episodes.jsonl has the rest).
 EPISODE_FIELDS = (
     "index",
@@ -148,6 +149,11 @@ class EventLog:
             budgets=evaluation.budgets.as_dict(),
             record_episodes=record_episodes,
         )
+
+    def submission(self, identity: dict[str, Any]) -> None:
+        """Whose evaluation this is (summary.json's ``submission``), as soon as it is named: an
+        evaluation killed before its summary keeps it through a resume (``submission_recorded``)."""
+        self.emit(SUBMISSION, **identity)
 
     @_never_raises
     def episode(self, record: dict[str, Any], evaluation: Any) -> None:
@@ -345,3 +351,24 @@ def _recorded(path: str, kind: str) -> Iterator[dict[str, Any]]:
                     yield event
     except OSError:
         return
+
+
+def submission_recorded(path: str) -> dict[str, Any] | None:
+    """The identity the last ``submission`` event of ``events.jsonl`` at ``path`` named, if any
+    (a line cut short by a kill is skipped)."""
+    found = None
+    marker = f'"event":"{SUBMISSION}"'
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                if marker not in line:
+                    continue
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(event, dict) and event.get("event") == SUBMISSION and event.get("participant"):
+                    found = {key: value for key, value in event.items() if key not in ("event", "time")}
+    except OSError:
+        return None
+    return found

@@ -31,9 +31,11 @@ from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, 
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
 from arbiter.server.service.endings_told import answer_ended, post_ending
+from arbiter.server.service.events import EventLog
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.redis_calls import RedisFull
 from arbiter.server.service.requests import Request, RequestReader
+from arbiter.server.service.service_claim import ServiceClaim
 from arbiter.server.service.throttled_log import ThrottledLog
 from arbiter.server.service.transport import RedisTransport, RedisUnavailable, StopRequested
 
@@ -92,6 +94,8 @@ class EvaluatorService:
         self._agent_ended_how: str | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
+        self.claim: ServiceClaim | None = None  # this evaluator's hold on its service id (build_service)
+        self.events: EventLog | None = None  # its events.jsonl and stream (build_service)
         # What the agent's requests cause is logged at most once a second per kind.
         self.requests = RequestReader(transport, evaluation.counters, ThrottledLog(log), accept_pickle=accept_pickle)
         self.agent_log = self.requests.agent_log
@@ -131,6 +135,12 @@ class EvaluatorService:
         self._agent_status = status
         self._agent_ended_how = how
         self._agent_gone.set()
+
+    def close(self) -> None:
+        """Close the connection (its last reply flushed) and give up the service id's claim."""
+        self.transport.close()
+        if self.claim is not None:
+            self.claim.release()
 
     def agent_gone(self) -> bool:
         """Whether the local agent process has ended (``agent_exited``)."""

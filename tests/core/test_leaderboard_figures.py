@@ -220,15 +220,15 @@ def test_a_rule_that_names_no_figures_reports_its_primary_and_secondary():
     assert MeanReturn().context(records, score) == {}
 
 
-def serve_named(competition: Any, results: str, redis_url: str, service_id: str, participant: str, *, resume: bool,
-                stop_after: int | None) -> dict[str, Any]:  # fmt: skip
+def serve_named(competition: Any, results: str, redis_url: str, service_id: str, participant: str | None, *,
+                resume: bool, stop_after: int | None) -> dict[str, Any]:  # fmt: skip
     """An evaluation served in process and named as `arbiter serve --participant` names it: played
     to its end, or stopped (as a killed evaluator's orchestrator stops it) after ``stop_after``
     episodes."""
     with running_service(
         competition, tests=None, results=results, redis_url=redis_url, service_id=service_id, resume=resume
     ) as (service, outcome):
-        name_submission(service.evaluation, participant, results_dir=results, resume=resume)
+        name_submission(service, participant, results_dir=results, resume=resume)
         env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
         left = service.evaluation.total - service.evaluation.next_index
         for _ in range(left if stop_after is None else stop_after):
@@ -258,18 +258,33 @@ def test_a_resume_after_a_kill_dates_the_submission_from_its_first_start(redis_u
     competition = counting_competition(num_episodes=2)
     results = str(tmp_path / "results")
     serve_named(competition, results, redis_url, service_id, "alice", resume=False, stop_after=1)
-    os.remove(os.path.join(results, "summary.json"))  # killed: it never wrote one
+    os.remove(os.path.join(results, "summary.json"))  # killed before it wrote one
     events = read_events(results)
     assert events[0]["event"] == "started"
     events[0]["time"] = "2026-03-14T09:26:53.589+00:00"  # the first run started well before this one
+    # Killed before it was named, too: its events name no one.
+    assert [event["participant"] for event in events if event["event"] == "submission"] == ["alice"]
     with open(os.path.join(results, "events.jsonl"), "w", encoding="utf-8") as handle:
-        handle.writelines(json.dumps(event) + "\n" for event in events)
+        handle.writelines(json.dumps(event) + "\n" for event in events if event["event"] != "submission")
 
-    resumed = serve_named(competition, results, redis_url, service_id, "bob", resume=True, stop_after=None)
-    assert resumed["state"] == "SUCCESS"
+    resumed = serve_named(competition, results, redis_url, service_id, "bob", resume=True, stop_after=1)
     assert resumed["submission"] == {
         "participant": "bob",  # the one named now: the killed run recorded none
         "id": service_id,
         "submitted_at": "2026-03-14T09:26:53+00:00",
         "debug": False,
     }
+
+
+def test_a_resume_after_a_kill_keeps_the_identity_its_first_run_named(redis_url, service_id, tmp_path):
+    """Killed before its summary: the identity its first run named is in its events, and kept."""
+    competition = counting_competition(num_episodes=2)
+    results = str(tmp_path / "results")
+    first = serve_named(competition, results, redis_url, service_id, "alice", resume=False, stop_after=1)
+    os.remove(os.path.join(results, "summary.json"))  # killed: it never wrote one
+    for participant in ("bob", None):  # named again otherwise, or not at all
+        resumed = serve_named(competition, results, redis_url, service_id, participant, resume=True, stop_after=0)
+        assert resumed["submission"] == first["submission"]
+        os.remove(os.path.join(results, "summary.json"))
+    resumed = serve_named(competition, results, redis_url, service_id, "bob", resume=True, stop_after=None)
+    assert resumed["state"] == "SUCCESS" and resumed["submission"] == first["submission"]

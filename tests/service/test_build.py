@@ -55,7 +55,7 @@ def test_a_fresh_evaluation_clears_the_folder_and_the_evaluations_keys(redis_url
             what="the stream to hold this evaluation's start alone",
         )
     finally:
-        service.transport.close()
+        service.close()
 
 
 def test_a_resumed_evaluation_keeps_the_requests_a_client_sent(redis_url, redis_conn, service_id, tmp_path):
@@ -75,7 +75,7 @@ def test_a_resumed_evaluation_keeps_the_requests_a_client_sent(redis_url, redis_
         assert redis_conn.llen(keys.commands_key(service_id)) == 1
         assert os.path.exists(os.path.join(results, "summary.json"))  # the interrupted run's, kept
     finally:
-        resumed.transport.close()
+        resumed.close()
 
 
 def test_an_evaluation_that_ended_cannot_be_resumed(redis_url, service_id, tmp_path):
@@ -110,6 +110,6 @@ def test_the_episode_hook_hears_of_each_item_once_it_is_on_disk(redis_url, servi
         play_all(redis_url, service_id, episodes=2)
     finally:
         thread.join(timeout=20)
-        service.transport.close()
+        service.close()
     assert outcome["summary"]["state"] == "SUCCESS"
     assert heard == [(0, 1), (1, 2)]

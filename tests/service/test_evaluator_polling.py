@@ -175,4 +175,4 @@ def test_every_format_is_served_by_an_evaluator_that_polls_unless_its_window_is_
         assert off.transport.spin is None
     finally:
         for service in (metalc, gym, off):
-            service.transport.close()
+            service.close()

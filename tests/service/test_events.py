@@ -176,7 +176,7 @@ def test_a_resumed_evaluation_appends_its_events(redis_url, redis_conn, service_
     finally:
         service.request_stop("test over")
         thread.join(timeout=10)
-        service.transport.close()
+        service.close()
     assert done["summary"]["state"] == "SUCCESS"
 
     events = read_events(results)

@@ -202,7 +202,7 @@ def test_resume_keeps_the_overall_budget_already_used(redis_url, service_id, tin
         assert resumed.evaluation.next_index == 1 and resumed.evaluation.used_before_s == used
         assert resumed.evaluation.time_left_s(time.monotonic()) == pytest.approx(8 * 3600 - used)
     finally:
-        resumed.transport.close()
+        resumed.close()
 
 
 def test_f12_sigterm_mid_episode_leaves_an_interrupted_summary_and_resumes(
@@ -271,4 +271,4 @@ def test_counters_add_up_over_the_runs_and_every_resume_is_counted(redis_url, se
             assert resumed.evaluation.counters["resumed"] == resumes
             assert resumed.evaluation.counters["invalid_actions"] == 2
         finally:
-            resumed.transport.close()
+            resumed.close()

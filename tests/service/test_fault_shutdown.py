@@ -147,7 +147,7 @@ def test_a_stop_from_another_thread_ends_an_outage_promptly(service_id, tiny_tes
     finally:
         service.request_stop("test over")
         server.join(timeout=30)
-        service.transport.close()
+        service.close()
         redis.stop()
     assert not server.is_alive()
     assert stop_s < STOP_ALLOWANCE_S

@@ -275,7 +275,7 @@ def test_a_leftover_env_create_from_before_a_resume_hands_out_no_episode(
     finally:
         resumed.request_stop("test finished")
         thread.join(timeout=10)
-        resumed.transport.close()
+        resumed.close()
     summary = outcome["summary"]
     assert summary["state"] == "SUCCESS"
     assert summary["counters"]["leftover_requests"] == 2

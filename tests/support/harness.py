@@ -104,7 +104,7 @@ def running_service(
     finally:
         service.request_stop("test finished")
         thread.join(timeout=10)
-        service.transport.close()
+        service.close()
         assert not thread.is_alive(), f"the evaluator thread did not stop; {where_threads_are()}"
 
 
