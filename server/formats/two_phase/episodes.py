@@ -51,7 +51,12 @@ class TrainingRun(GymEpisode):
     negative (``reset_episode_cap``), so an agent cannot hide its bad episodes by abandoning
     them. When such an episode completes the
     criterion, the run has converged at that reset; the episode the reset hands out is never
-    played: its first step ends the run (nothing applied, ``truncated``)."""
+    played: its first step ends the run (nothing applied, ``truncated``).
+
+    A run holds at most ``max_steps`` episodes, the most an agent that steps can end (an episode
+    the env ends took a step): the reset that ends the last of them ends the run at its limit, the
+    same way. Resets that step nowhere would otherwise each cost a record, with no bound but the
+    run's time budget."""
 
     spans_resets = True
 
@@ -83,6 +88,9 @@ class TrainingRun(GymEpisode):
             return self.create_payload()
         if self.episode_open:
             self._close_episode(ENDED_BY_RESET)
+        if not self.run_over and len(self.done_episodes) >= self.max_steps:
+            self.run_over = True
+            self.limit_reached = True
         self.episode += 1
         self.begin(reset_seed(self.base_seed, 2, self.run, self.episode))
         return self.create_payload()

@@ -221,3 +221,25 @@ def test_a_reset_before_any_step_is_an_episode_too(redis_url, service_id, tmp_pa
         [(5, 10.0, False)] * 2 + [(0, 0.0, True)] + [(5, 10.0, False)] * 3
     )
     assert summary["score"]["runs"][0]["convergence_step"] == 25  # 15 had the reroll been free
+
+
+def test_a_run_holds_no_more_episodes_than_steps_however_often_the_agent_resets(redis_url, service_id, tmp_path):
+    """Resets without a step each record an episode: at max_steps episodes (20 here) the run ends
+    at its limit, as if it had taken its steps, and the resets after it record nothing more."""
+    spec = competition(phase2={"max_steps": 20})
+    seen: dict[str, Any] = {}
+
+    def reset_only(env: RemoteEnv) -> None:
+        for _ in range(20):
+            env.reset()
+        env.reset()  # the twentieth episode ended: the run is over, and this one is never played
+        _, reward, _, truncated, info = env.step(1)
+        seen.update(reward=reward, truncated=truncated, stage_over=info["arbiter"]["stage_over"])
+        with pytest.raises(StopIteration):
+            env.reset()
+
+    _, summary, train = evaluate(spec, tmp_path, redis_url, service_id, reset_only)
+    assert len(train) == 20 and all((r["steps"], r["agent_reset"]) == (0, True) for r in train)
+    assert train[-1]["ended"] == "step_limit"
+    assert (seen["reward"], seen["truncated"], seen["stage_over"]) == (0.0, True, True)
+    assert not summary["score"]["runs"][0]["converged"] and summary["score"]["convergence"] == 1.5 * 20
