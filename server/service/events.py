@@ -27,8 +27,10 @@ from typing import Any
 from arbiter.protocol import keys
 from arbiter.protocol.redis_conn import Packets, connect
 from arbiter.server.service import results_fence
+from arbiter.server.service.throttled_log import ThrottledLog
 
 log = logging.getLogger(__name__)
+throttled_log = ThrottledLog(log)
 
 # Per-episode events: 10,000 entries hold the whole history of any realistic evaluation, and
 # cap a runaway one. Approximate trimming (MAXLEN ~) is what keeps XADD O(1).
@@ -236,7 +238,11 @@ class EventLog:
             self._queue.put_nowait((kind, line))
         except queue.Full:
             self.dropped += 1
-            log.warning("events queue full (Redis too slow or down): event %s not published", kind)
+            # Counted; said at most once a second (an agent ending episodes faster than Redis
+            # takes their events would otherwise write a line for each).
+            throttled_log.warning(
+                "queue full", "events queue full (Redis too slow or down): event %s not published", kind
+            )
 
     def _write(self, line: str) -> None:
         if self._file is None:

@@ -115,8 +115,11 @@ def test_an_unreachable_redis_costs_the_stream_not_the_file(tmp_path):
     assert len(read_events(str(tmp_path))) == 5
 
 
-def test_a_redis_that_does_not_answer_fills_the_queue_and_the_rest_is_dropped_and_counted(tmp_path, monkeypatch):
+def test_a_redis_that_does_not_answer_fills_the_queue_and_the_rest_is_dropped_and_counted(
+    tmp_path, monkeypatch, caplog
+):
     monkeypatch.setattr(events, "EVENTS_QUEUE_LIMIT", 3)
+    monkeypatch.setattr(events, "throttled_log", events.ThrottledLog(events.log))  # none said yet
     silent = socket.create_server(("127.0.0.1", 0))  # accepts, never answers: the first XADD hangs
     try:
         url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
@@ -126,6 +129,8 @@ def test_a_redis_that_does_not_answer_fills_the_queue_and_the_rest_is_dropped_an
         for index in range(1, 8):
             log.emit("episode", index=index)
         assert log.dropped == 4  # three wait behind the one in flight; the four after them are dropped
+        # Said once, not once per event (the rest within the second are counted with the next line).
+        assert sum("events queue full" in record.getMessage() for record in caplog.records) == 1
         log.close(flush_s=0.2)
         assert log.unpublished == 8  # the dropped, and what the close gave up on (in flight and queued)
         assert [e["index"] for e in read_events(str(tmp_path))] == list(range(8))  # the file has them all
