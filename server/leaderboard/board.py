@@ -54,7 +54,12 @@ def build_board(
     # What every ranked evaluation ran under; a hosted submission may choose its phase, and what
     # the rule reports beside its figures (DIAMBRA's game and difficulty), nothing else.
     free = ("phase", *scoring_rule(spec.format, rule_name, spec.options).context_names)
-    conditions = {"competition": spec.name, "budgets": spec.budgets.as_dict(), "free": free}
+    conditions = {
+        "competition": spec.name,
+        "budgets": spec.budgets.as_dict(),
+        "options": spec.options_dict() or {},
+        "free": free,
+    }
     entries = [
         read_entry(
             d,

@@ -181,6 +181,12 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
     for name, value in conditions["budgets"].items():
         if name in budgets and budgets[name] != value:
             said.append(f"{name} {budgets[name]!r} (the competition's: {value!r})")
+    # The format's own keys (its env, its episodes, a training run's limits): a local run's
+    # --set of any of them, as a hosted one's below.
+    options = summary.get("options") if isinstance(summary.get("options"), dict) else {}
+    for name, value, recorded in _differences(conditions.get("options") or {}, options):
+        if name.split(".", 1)[0] not in conditions.get("free", ()):
+            said.append(f"{name} {recorded!r} (the competition's: {value!r})")
     identity = summary.get("submission") if isinstance(summary.get("submission"), dict) else {}
     sets = identity.get("sets") if isinstance(identity.get("sets"), list) else []
     for assignment in sets:  # a hosted submission's --set overrides
@@ -188,6 +194,20 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
         if key not in conditions.get("free", ()) and key != "budgets":  # budgets: compared above
             said.append(f"--set {assignment}")
     return "; ".join(said) or None
+
+
+def _differences(wanted: dict[str, Any], recorded: dict[str, Any], at: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, the competition's value, the recorded one) for every key both hold that differs;
+    tables compared key by key."""
+    found = []
+    for name, value in wanted.items():
+        if name not in recorded:
+            continue
+        if isinstance(value, dict) and isinstance(recorded[name], dict):
+            found.extend(_differences(value, recorded[name], f"{at}{name}."))
+        elif recorded[name] != value:
+            found.append((f"{at}{name}", value, recorded[name]))
+    return found
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:

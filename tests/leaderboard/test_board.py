@@ -382,6 +382,26 @@ def test_evaluations_under_other_conditions_are_listed_apart_with_what_differs(t
     assert causes["slow"].endswith(f"step_s 100.0 (the competition's: {spec.budgets.step_s!r})")
 
 
+def test_a_run_of_another_env_or_other_format_keys_is_ranked_apart(tmp_path):
+    """A local run with `--set env_id=...` or `--set phase2.max_steps=...` played another game than
+    the competition's: its summary's options say so, key by key (its phase is its own choice)."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    options = spec.options_dict()
+    write_folder(tmp_path, "cup", "sub-ok", "ok", {"phase1": 300.0}, minutes=1, options=options, phase="1")
+    other_env = {**options, "env_id": "MountainCar-v0"}
+    write_folder(tmp_path, "cup", "sub-env", "env", {"phase1": 900.0}, minutes=3, options=other_env, phase="1")
+    short = {**options, "phase2": {**options["phase2"], "max_steps": 100}}
+    write_folder(tmp_path, "cup", "sub-short", "short", {"phase1": 800.0}, minutes=4, options=short, phase="1")
+    board = build_board(spec, str(tmp_path), phase="1")
+    assert [r["participant"] for r in board["rows"]] == ["ok"]
+    causes = {u["participant"]: u["cause"] for u in board["unranked"]}
+    said = "evaluated under other conditions than the competition's: "
+    assert causes == {
+        "env": said + f"env_id 'MountainCar-v0' (the competition's: {options['env_id']!r})",
+        "short": said + f"phase2.max_steps 100 (the competition's: {options['phase2']['max_steps']!r})",
+    }
+
+
 def test_a_hosted_submission_that_set_more_than_its_phase_or_what_it_plays_is_ranked_apart(tmp_path):
     """`arbiter submit --set`: a submission may choose its phase and what the rule reports beside
     its figures (two-phase's env is env_id's, so no); anything else it changed (a shorter test set,
