@@ -16,6 +16,7 @@ import redis
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.kube_options import add_kubernetes_options, given_kubernetes_options, kubernetes_options
+from arbiter.server.core.competition import phase_value
 
 QUOTA_EXCEEDED_EXIT = 3
 
@@ -33,7 +34,12 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
         "--competition", required=True, metavar="NAME|FILE", help="competition preset or .toml file (workers read it)"
     )
     submit.add_argument("--participant", required=True, metavar="NAME", help="whose submission it is (quotas)")
-    submit.add_argument("--phase", type=int, choices=[1, 2], help="two-phase format: evaluate this phase only")
+    submit.add_argument(
+        "--phase",
+        metavar="P",
+        type=phase_value,
+        help="the format's phase to evaluate, as --set phase=P (two-phase: 1 or 2; MetaLC: dev or final)",
+    )
     submit.add_argument(
         "--debug",
         action="store_true",

@@ -13,6 +13,7 @@ from arbiter.server.core.competition import (
     DEBUG_EPISODES,
     DEBUG_OVERALL_S,
     DEFAULT_COMPETITION,
+    phase_value,
     preset_names,
     preset_paths,
 )
@@ -161,9 +162,9 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     )
     parser.add_argument(
         "--phase",
-        type=int,
-        choices=[1, 2],
-        help="two-phase format: run this phase only, as --set phase=N (default: both)",
+        metavar="P",
+        type=phase_value,
+        help="the format's phase to run, as --set phase=P (two-phase: 1 or 2, default both; MetaLC: dev or final)",
     )
     parser.add_argument(
         "--scoring",

@@ -202,6 +202,13 @@ def _is_shipped_preset(path: str) -> bool:
     return os.path.realpath(path) in {os.path.realpath(p) for p in preset_paths().values()}
 
 
+def phase_value(text: str) -> int | str:
+    """A ``--phase`` as a competition file holds it: a whole number (two-phase's 1, 2), else the
+    word (MetaLC's dev, final). The format says whether it has such a phase."""
+    stripped = text.strip()
+    return int(stripped) if stripped.isdigit() else stripped
+
+
 def load_competition(
     name_or_path: str = DEFAULT_COMPETITION, overrides: list[str] | None = None, *, phase: Any = None
 ) -> CompetitionSpec:

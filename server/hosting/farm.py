@@ -47,7 +47,7 @@ def submit(
     competition: str,
     participant: str,
     agent: list[str],
-    phase: int | None = None,
+    phase: int | str | None = None,
     debug: bool = False,
     sets: list[str] | None = None,
     workdir: str | None = None,

@@ -45,7 +45,7 @@ class Submission:
     competition: str  # a preset's name, or the absolute path of a competition file
     participant: str
     agent: list[str]  # the agent command
-    phase: int | None = None
+    phase: int | str | None = None
     debug: bool = False
     sets: list[str] = field(default_factory=list)  # --set KEY=VALUE overrides
     workdir: str | None = None  # the agent's working folder

@@ -64,7 +64,6 @@ def test_serve_reads_budgets_overrides_and_resume():
         ("--time-bank", "inf", "'inf' must be 0 or more"),
         ("--record", "-2", "'-2' must be 0 or more"),
         ("--record", "all", "'all' is not a whole number"),
-        ("--phase", "3", "invalid choice"),
         ("--participant", " ", "is empty: name the participant"),
         ("--participant", "alice\nbob", "holds a control character"),
         ("--log-level", "LOUD", "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL"),
@@ -135,3 +134,32 @@ def test_the_help_of_run_and_serve_gives_the_defaults_that_apply_to_each(capsys)
             assert "a redis-server of its own" in text
         else:
             assert "--resume" in text and "redis://$redis_ip:6379/0" in text
+
+
+@pytest.mark.parametrize(
+    ("competition", "phase", "expected"),
+    [("two-phase-cartpole", "2", 2), ("metalc-wcci2022", "final", "final"), ("metalc-wcci2022", "dev", "dev")],
+)
+def test_phase_takes_whatever_phases_the_format_has(competition, phase, expected):
+    from arbiter.server.cli.settings import resolve_spec
+
+    args = build_parser().parse_args(["serve", "--competition", competition, "--phase", phase])
+    assert args.phase == expected and resolve_spec(args).options.phase == expected
+
+
+@pytest.mark.parametrize(
+    ("competition", "phase", "message"),
+    [
+        ("two-phase-cartpole", "3", "phase must be 1 or 2"),
+        ("metalc-wcci2022", "2", "phase must be str, got 2"),
+        ("metalc-wcci2022", "test", "unknown MetaLC phase .test.; known: dev, final"),
+        ("flatland-neurips2020", "1", "has no phases to choose from"),
+    ],
+)
+def test_a_phase_the_format_does_not_have_is_refused_by_it(competition, phase, message):
+    from arbiter.protocol.errors import ConfigError
+    from arbiter.server.cli.settings import resolve_spec
+
+    args = build_parser().parse_args(["serve", "--competition", competition, "--phase", phase])
+    with pytest.raises(ConfigError, match=message):
+        resolve_spec(args)
