@@ -57,6 +57,10 @@ setup(
             "mkdocs-material>=9",
             "pyyaml",  # tests read docker/'s compose and Kubernetes files
             "pillow",  # tests check the report's screenshot
+            # tests build docs/adding-a-format.md's package with pip, no build isolation: setuptools
+            # builds wheels itself from 70.1 on, with the wheel package before
+            "setuptools>=61",
+            "wheel",
             # The DIAMBRA format's tests run the real env on its engine mock (the "diambra" extra).
             *DIAMBRA,
             *KUBERNETES,

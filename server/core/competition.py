@@ -21,7 +21,7 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.budgets import BudgetPolicy
-from arbiter.server.formats import format_names, get_format, presets_dirs
+from arbiter.server.formats import format_names, get_format, presets_dirs, unknown_format
 from arbiter.server.formats.base import options_from_dict
 from arbiter.server.leaderboard.policy import LeaderboardPolicy, check_columns, check_fields, leaderboard_policy
 
@@ -116,7 +116,7 @@ class CompetitionSpec:
 
     def __post_init__(self) -> None:
         if self.format not in format_names():
-            raise ConfigError(f"{self.name}: unknown format {self.format!r}; known: {', '.join(format_names())}")
+            raise ConfigError(f"{self.name}: {unknown_format(self.format)}")
         rules = get_format(self.format).rules
         if self.scoring is None:
             object.__setattr__(self, "scoring", next(iter(rules)))
@@ -276,7 +276,7 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
         data["format"] = data.pop("adapter")
     format_name = data.get("format", "flatland")
     if not isinstance(format_name, str) or format_name not in format_names():
-        raise ConfigError(f"{source}: unknown format {format_name!r}; known: {', '.join(format_names())}")
+        raise ConfigError(f"{source}: {unknown_format(format_name)}")
     found = get_format(format_name)
     core = {k: v for k, v in data.items() if k in _CORE_KEYS}
     own = {k: v for k, v in data.items() if k not in _CORE_KEYS}

@@ -32,6 +32,7 @@ __all__ = [
     "installed_formats",
     "presets_dirs",
     "register_format",
+    "unknown_format",
 ]
 
 # name → module of its folder
@@ -100,8 +101,14 @@ def get_format(name: str) -> Format:
     elif name in installed_formats():
         _loaded[name] = _installed_format(name, installed_formats()[name])
     else:
-        raise ConfigError(f"unknown format {name!r}; known: {', '.join(format_names())} ({JOINING})")
+        raise ConfigError(unknown_format(name))
     return _loaded[name]
+
+
+def unknown_format(name: object) -> str:
+    """What a name no format has is told, wherever it is found: the formats known, and how a
+    format kept outside arbiter joins them."""
+    return f"unknown format {name!r}; known: {', '.join(format_names())} ({JOINING})"
 
 
 def _installed_format(name: str, entry: importlib.metadata.EntryPoint) -> Format:

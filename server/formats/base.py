@@ -152,7 +152,8 @@ class Plan(ABC):
     @abstractmethod
     def make_items(self) -> list[Item]:
         """The plan's items in the order they are played (``spec.max_episodes``, a debug run's
-        cap, is the format's to apply)."""
+        cap, is the format's to apply: the first that many items, unless the format declares
+        ``plays_whole_plan``)."""
 
     @abstractmethod
     def open(self, item: Item) -> OpenItem: ...
@@ -287,6 +288,10 @@ class Format:
     # of its resets are revealed only as each episode ends); False: the protocol hands every
     # reset's seed to the client anyway, or the community seeds its runs its own way.
     secret_seed: bool = False
+    # True: the plan is played whole whatever spec.max_episodes says (a competition's cap, a
+    # debug run's), because its items depend on each other (two-phase's phases and training
+    # runs, scored together); False: make_items plays the first max_episodes items only.
+    plays_whole_plan: bool = False
     # Hooks the command line and the service reach a format through; None: the format has none.
     # `arbiter generate`: (out_dir, the command's options by name, None where not given) → writes
     # the format's test data there and returns a line saying what it wrote.

@@ -6,15 +6,19 @@ What it plays: the plan made from a competition spec; every item opened, created
 with actions sampled from the action space the handshake advertises (or a ``policy``) until it
 ends (an item that spans resets is reset whenever its episode ends); the first item once more
 cut short by a step timeout, once more left by the agent; every item's records as never played.
-What it checks: every reply and payload is plain wire data (``protocol.codec`` encodes it);
-records are JSON, carry the core's part once merged (``core/summary.py``) and every declared
-column, end in the core's vocabulary; results.csv rows, progress lines and table rows come out
-of every record; the scoring rule computes from the records alone (the same figures after a
-JSON round trip, and with items not played); the plan and its items close.
+The plan is made once more with a cap of one item (``spec.max_episodes``, as ``--debug`` caps
+it), which it must honour unless its format plays its plan whole. What it checks: every reply
+and payload is plain wire data (``protocol.codec`` encodes it); records are JSON, carry the
+core's part once merged (``core/summary.py``) and every declared column, end in the core's
+vocabulary; results.csv rows, progress lines and table rows come out of every record; the
+scoring rule computes from the records alone (the same figures after a JSON round trip, and with
+items not played); the plan and its items close.
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import json
 import random
 from collections.abc import Callable
@@ -104,6 +108,7 @@ class _Checker:
         plan = fmt.make_plan(spec, rule, tests=tests)
         try:
             self.check_plan(plan)
+            self.check_cap(spec, rule, plan, tests)
             played = self.play(plan)
             self.report.records = played
             self.check_unplayed(plan)
@@ -156,6 +161,31 @@ class _Checker:
             )
         if not isinstance(plan.table_header(), str):
             raise self.fail("Plan.table_header()", "must return a line of text")
+
+    def check_cap(self, spec: Any, rule: Any, plan: Any, tests: str | None) -> None:
+        """``spec.max_episodes``, a competition's cap and a debug run's: the plan made under it
+        has at most that many items (a debug run plays the first N items, not the whole plan),
+        unless the format declares that it plays its plan whole (``Format.plays_whole_plan``)."""
+        if self.fmt.plays_whole_plan:
+            return
+        cap = getattr(spec, "max_episodes", None)
+        if cap is not None:
+            self.capped(f"{type(plan).__name__}.make_items()", len(plan.items), cap)
+        if len(plan.items) < 2 or (cap is not None and cap < 2):
+            return  # nothing a smaller cap could leave out
+        capped = self.fmt.make_plan(_with_cap(spec, 1), rule, tests=tests)
+        try:
+            self.capped(f"{type(capped).__name__}.make_items()", len(capped.items), 1)
+        finally:
+            capped.close()
+
+    def capped(self, member: str, items: int, cap: int) -> None:
+        if not 1 <= items <= cap:
+            raise self.fail(
+                member,
+                f"made {items} items for spec.max_episodes={cap} (a debug run's cap, --debug): a plan plays "
+                "the first max_episodes items, at least one, or its Format declares plays_whole_plan=True",
+            )
 
     def advertised_action_space(self, handshake: dict[str, Any]) -> Any:
         wire = (handshake.get("spaces") or {}).get("action") if isinstance(handshake.get("spaces"), dict) else None
@@ -368,6 +398,16 @@ class _Checker:
         except DecodeError as exc:
             raise self.fail(member, f"returned what the wire cannot carry ({exc}): {_short(body)}") from None
         return body
+
+
+def _with_cap(spec: Any, cap: int) -> Any:
+    """``spec`` with ``max_episodes`` set to ``cap``: a CompetitionSpec (a frozen dataclass) as
+    ``--debug`` makes one, or a copy of another object that stands for one."""
+    if dataclasses.is_dataclass(spec) and not isinstance(spec, type):
+        return dataclasses.replace(spec, max_episodes=cap)
+    capped = copy.copy(spec)
+    capped.max_episodes = cap
+    return capped
 
 
 def _first_item_records(records: list[dict[str, Any]]) -> int:

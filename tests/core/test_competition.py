@@ -8,7 +8,7 @@ import pytest
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.budgets import BudgetPolicy
-from arbiter.server.core.competition import load_competition, preset_names, spec_from_dict
+from arbiter.server.core.competition import CompetitionSpec, load_competition, preset_names, spec_from_dict
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
 
@@ -57,6 +57,22 @@ def test_a_competition_file_is_validated(tmp_path):
     assert load_competition("two-phase-cartpole", phase=1).options.phase == 1
     with pytest.raises(ConfigError, match="must be a table"):
         spec_from_dict("x", {"budgets": 3})
+
+
+def test_an_unknown_format_is_told_how_a_format_joins(tmp_path):
+    """A competition naming a format not installed (its package's entry point missing) says, in
+    one message, what is known and how a format kept outside arbiter joins."""
+    mine = tmp_path / "chess.toml"
+    mine.write_text('format = "chess"\n')
+    joins = "joins by an 'arbiter.formats' entry point of its installed package, or with register_format"
+    for load in (lambda: load_competition(str(mine)), lambda: spec_from_dict("chess", {"format": "chess"})):
+        with pytest.raises(ConfigError) as raised:
+            load()
+        message = str(raised.value)
+        assert message.count("unknown format 'chess'; known: flatland, two-phase, diambra, metalc") == 1, message
+        assert joins in message, message
+    with pytest.raises(ConfigError, match=f"unknown format 'chess'; known: .*{joins}"):
+        CompetitionSpec(name="chess", format="chess")
 
 
 def record(test: str, normalized: float, arrived: float) -> dict:

@@ -1,10 +1,12 @@
 """The manual stays whole: the MkDocs site builds strictly, every page is in its navigation, every
 page and anchor that code, tests or the README cite exists, every command and option of the
-command line is in its reference, every repository file the pages name exists, and the README
-stays short and keeps the two commands that CI and newcomers run."""
+command line is in its reference, every repository file the pages name exists, every shipped
+format is listed wherever the manual lists formats by hand, and the README stays short and keeps
+the two commands that CI and newcomers run."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import subprocess
@@ -16,6 +18,7 @@ import pytest
 import yaml
 
 from arbiter.server.cli.parser import build_parser
+from arbiter.server.formats import KNOWN, get_format
 
 REPO = paths.REPO
 DOCS = REPO / "docs"
@@ -208,3 +211,64 @@ def test_every_repository_path_the_manual_names_exists() -> None:
             if not (REPO / match.group(1)).exists():
                 missing.append(f"{page.relative_to(REPO)}: {match.group(1)}")
     assert not missing, "paths named in the manual that do not exist:\n" + "\n".join(sorted(set(missing)))
+
+
+def section(text: str, heading: str) -> str:
+    """The part of a page under ``heading`` (a line such as ``## Core keys``), to the next heading
+    of its level or higher."""
+    level = heading.split(" ", 1)[0]
+    found = text.split(f"\n{heading}\n", 1)[1]
+    return re.split(rf"\n#{{1,{len(level)}}} ", found, maxsplit=1)[0]
+
+
+def table_rows(text: str, first_cell: str) -> list[str]:
+    """The lines of the page's tables whose first cell starts with ``first_cell``."""
+    return [line for line in text.splitlines() if line.startswith(f"| {first_cell}")]
+
+
+def test_every_shipped_format_is_listed_wherever_the_manual_lists_formats() -> None:
+    """docs/adding-a-format.md's checklist for a format shipped with arbiter: its page and its
+    place in the nav, the index's table, the README, the competition file reference (presets,
+    format, scoring and the format's own keys), the command line's presets, the tests table."""
+    config = yaml.safe_load((REPO / "mkdocs.yml").read_text(encoding="utf-8"))
+    formats_nav = next(nav_pages(entry["Formats"]) for entry in config["nav"] if "Formats" in entry)
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    readme = README.read_text(encoding="utf-8")
+    competition_file = (DOCS / "reference" / "competition-file.md").read_text(encoding="utf-8")
+    command_line = (DOCS / "reference" / "command-line.md").read_text(encoding="utf-8")
+    architecture = (DOCS / "design" / "architecture.md").read_text(encoding="utf-8")
+    core_keys = section(competition_file, "## Core keys")
+    (format_key,) = table_rows(core_keys, "`format` |")
+    (scoring_key,) = table_rows(core_keys, "`scoring` |")
+    (own_keys,) = [p for p in core_keys.split("\n\n") if p.startswith("Every other top-level key")]
+    (competition_option,) = table_rows(command_line, "`--competition NAME` or `FILE`")
+    (tests_row,) = table_rows(architecture, "`tests/formats/<format>/`")
+    missing = []
+    for name, module in KNOWN.items():
+        folder = module.rsplit(".", 1)[1]
+        found = get_format(name)
+        page = f"formats/{name}.md"
+        presets = sorted(path.stem for path in (REPO / "server" / "formats" / folder / "presets").glob("*.toml"))
+        index_rows = [row for row in table_rows(index, "[") if f"]({page})" in row]
+        wanted = {
+            f"docs/{page}": (DOCS / page).is_file(),
+            "its page in the Formats section of mkdocs.yml's nav": page in formats_nav,
+            "its row in docs/index.md's table of formats": len(index_rows) == 1,
+            "a link to its page in README.md": f"(docs/{page})" in readme,
+            "its name in the competition file reference's `format` key": f"`{name}`" in format_key,
+            f"tests/formats/{folder}/": (REPO / "tests" / "formats" / folder).is_dir(),
+            "its tests folder in the architecture page's tests table": f"`{folder}`" in tests_row,
+        }
+        for rule in found.rules:
+            wanted[f"its rule {rule!r} in the competition file reference's `scoring` key"] = f"`{rule}`" in scoring_key
+        for key in [f.name for f in dataclasses.fields(found.options)] if found.options else []:
+            listed = f"`{key}`" in own_keys or f"`[{key}]`" in own_keys  # a key or a table
+            wanted[f"its key {key!r} in the competition file reference's list of format keys"] = listed
+        for preset in presets:
+            wanted[f"its preset {preset!r} in docs/index.md's table"] = any(f"`{preset}`" in r for r in index_rows)
+            wanted[f"its preset {preset!r} in the competition file reference's presets table"] = bool(
+                table_rows(section(competition_file, "## Presets"), f"`{preset}` | `{name}` |")
+            )
+            wanted[f"its preset {preset!r} in --competition's list"] = f"`{preset}`" in competition_option
+        missing += [f"format {name!r}: {what}" for what, there in wanted.items() if not there]
+    assert not missing, "a shipped format missing where the manual lists formats:\n" + "\n".join(missing)

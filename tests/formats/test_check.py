@@ -91,9 +91,9 @@ def test_every_shipped_format_keeps_the_contract(case, tiny_tests, metalc_data):
 # -- broken formats ---------------------------------------------------------------------------------
 
 
-def spec(**extra: Any) -> Any:
+def spec(max_episodes: int | None = None, **extra: Any) -> Any:
     """What make_plan reads of a competition spec (a format outside the registry has no file)."""
-    return SimpleNamespace(name="check", scoring=None, options=None, seed=5, max_episodes=None,
+    return SimpleNamespace(name="check", scoring=None, options=None, seed=5, max_episodes=max_episodes,
                            budgets=BudgetPolicy(), debug=False, **extra)  # fmt: skip
 
 
@@ -104,7 +104,8 @@ class CountingPlan(GymPlan):
         return CountingEnv(length=3)
 
     def make_items(self) -> list[Item]:
-        return [Item(index=i, unit=f"episode/{i}", fields={"episode": i}) for i in range(3)]
+        episodes = min(3, self.spec.max_episodes or 3)  # a debug run's cap
+        return [Item(index=i, unit=f"episode/{i}", fields={"episode": i}) for i in range(episodes)]
 
 
 class MeanReturn(Rule):
@@ -116,8 +117,10 @@ class MeanReturn(Rule):
                 "secondary_name": None, "spread": {"primary": spread(returns)}}  # fmt: skip
 
 
-def counting(plan: type = CountingPlan, rule: type = MeanReturn, registered: str = "mean-return") -> Format:
-    return Format(name="counting", rules={registered: rule}, make_plan=plan)
+def counting(
+    plan: type = CountingPlan, rule: type = MeanReturn, registered: str = "mean-return", **declared: Any
+) -> Format:
+    return Format(name="counting", rules={registered: rule}, make_plan=plan, **declared)
 
 
 def test_a_sound_small_format_passes_and_its_records_are_the_cores():
@@ -193,6 +196,13 @@ class TwoKeys(CountingPlan):
         return [Item(index=i, unit="episode", fields={"episode": i}) for i in range(2)]
 
 
+class IgnoresCap(CountingPlan):
+    """Plays its three episodes whatever spec.max_episodes says: --debug would play them all."""
+
+    def make_items(self) -> list[Item]:
+        return [Item(index=i, unit=f"episode/{i}", fields={"episode": i}) for i in range(3)]
+
+
 class UnplayedClaims(CountingPlan):
     def unplayed(self, item: Item) -> list[dict[str, Any]]:
         return [{**item.fields, "seed": None, "steps": 0, "return": 0.0, "ended": "finished"}]
@@ -236,6 +246,7 @@ class NoDirection(MeanReturn):
         (counting(registered="mean"), "rule 'mean'.name is 'mean-return'"),
         (counting(NoSpaces), "Plan.handshake() advertises no action space"),
         (counting(TwoKeys), "Plan.items has two items with one key"),
+        (counting(IgnoresCap), "IgnoresCap.make_items() made 3 items for spec.max_episodes=1 (a debug run's cap"),
         (counting(UnplayedClaims), "Plan.unplayed() item 'episode/0': the format's record says ended='finished'"),
         (
             counting(rule=NeedsPlayedFields),
@@ -255,3 +266,12 @@ def test_a_broken_member_is_named(broken, member):
     with pytest.raises(FormatCheckError) as raised:
         check_format(broken, spec(), max_steps=50)
     assert str(raised.value).startswith("format 'counting': ") and member in str(raised.value)
+
+
+def test_a_plan_honours_the_debug_cap_unless_its_format_plays_it_whole():
+    with pytest.raises(FormatCheckError, match=r"IgnoresCap.make_items\(\) made 3 items for spec.max_episodes=2"):
+        check_format(counting(IgnoresCap), spec(max_episodes=2))
+    assert check_format(counting(), spec(max_episodes=2)).items == 2
+    assert check_format(counting(IgnoresCap, plays_whole_plan=True), spec(max_episodes=1)).items == 3
+    assert get_format("two-phase").plays_whole_plan  # its phases and runs, scored together
+    assert not any(get_format(name).plays_whole_plan for name in KNOWN if name != "two-phase")

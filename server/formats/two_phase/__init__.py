@@ -21,5 +21,6 @@ FORMAT = Format(
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
     clients="`python -m arbiter.client.reinforcelab SUBMISSION_DIR` or arbiter.client.RemoteEnv",
     secret_seed=True,
+    plays_whole_plan=True,  # its phases and runs are scored together: a debug run plays them all
     item_nouns=("episode or training run", "episodes and training runs"),
 )
