@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import logging
 import os
+import warnings
 from typing import Any
 
 import gymnasium
@@ -131,11 +132,14 @@ class RemoteEnv(gymnasium.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict]:
         # gymnasium.Env's own: ``np_random`` seeded as asked (the agent's randomness, never the env's)
         super().reset(seed=seed)
+        # Python warnings, as gymnasium's own (a caller filters or records them as it does those).
         if seed is not None and not self._ignored_seed_warned:
-            log.warning("the evaluator chooses every reset's seed; reset(seed=%r) seeds np_random only", seed)
+            said = f"the evaluator chooses every reset's seed; reset(seed={seed!r}) seeds np_random only"
+            warnings.warn(said, UserWarning, stacklevel=2)
             self._ignored_seed_warned = True
         if options and not self._ignored_options_warned:
-            log.warning("the evaluator decides every episode; reset(options=%r) is ignored", options)
+            said = f"the evaluator decides every episode; reset(options={options!r}) is ignored"
+            warnings.warn(said, UserWarning, stacklevel=2)
             self._ignored_options_warned = True
         if self._stage_over and self._stage is not None and self.episode.get("stage") == "train":
             raise StopIteration(TRAINING_RUN_ENDED)

@@ -83,7 +83,12 @@ def test_a_seed_asked_for_seeds_np_random_only(serve, redis_url, service_id):
 
     serve(num_episodes=1, length=1)
     env = connect(redis_url, service_id)
-    observation, _ = env.reset(seed=123, options={"level": 3})
+    with pytest.warns(UserWarning) as warned:
+        observation, _ = env.reset(seed=123, options={"level": 3})
+    assert [str(w.message) for w in warned] == [
+        "the evaluator chooses every reset's seed; reset(seed=123) seeds np_random only",
+        "the evaluator decides every episode; reset(options={'level': 3}) is ignored",
+    ]
     assert env.np_random.integers(1 << 30) == np.random.default_rng(123).integers(1 << 30)
     *_, info = env.step(0)
     assert info["arbiter"]["seed"] % 1000 == observation[1]  # the evaluator's seed, whatever was asked
