@@ -32,6 +32,7 @@ from arbiter.server.cli.settings import (
     claim_results,
     flatland_default_redis,
     given_service_id,
+    holds_an_evaluation,
     refuse_earlier_results,
     refuse_unreachable,
     resolve_poll_window_us,
@@ -39,9 +40,10 @@ from arbiter.server.cli.settings import (
     resolve_service_id,
     resolve_spec,
     resolve_tests,
+    resumed_tests,
 )
 from arbiter.server.core.evaluation import State
-from arbiter.server.core.seeds import persisted_seed, recorded_tests
+from arbiter.server.core.seeds import persisted_seed
 from arbiter.server.formats import get_format
 from arbiter.server.service.process_memory import keep_freed_memory
 
@@ -64,14 +66,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     spec = resolve_spec(args)
     poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
+    if args.resume:
+        tests = resumed_tests(args, spec, tests)
+        if not holds_an_evaluation(args.results):
+            raise ConfigError(
+                f"--resume: {args.results} holds no evaluation to continue (no {' or '.join(STARTED_FILES)}): "
+                "start one without --resume"
+            )
     if not tests and get_format(spec.format).requires_tests:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=True)
     if redis_url is not None:
         refuse_unreachable(redis_url)
-    results_dir, made_folder = claim_results(args)
-    refuse_earlier_results(results_dir)
+    if args.resume:  # its own folder, and the seed it started with (a local run's is the competition's)
+        results_dir, made_folder = args.results, None
+        spec = persisted_seed(results_dir, spec, resume=True, hosted=True, tests=tests)
+    else:
+        results_dir, made_folder = claim_results(args)
+        refuse_earlier_results(results_dir)
     outcome = run_local(
         spec,
         agent_command=agent,
@@ -84,6 +97,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         participant=args.participant,
         poll_window_us=poll_window_us,
         made_folder=made_folder,
+        resume=args.resume,
     )
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
@@ -117,24 +131,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=False)
     progress = Progress(enabled=not args.quiet, format_name=spec.format)
-    if args.resume and not args.results:
-        raise ConfigError("--resume needs the --results folder of the evaluation to continue")
-    started_on = recorded_tests(args.results) if args.resume else None
-    if tests and started_on and os.path.realpath(tests) != os.path.realpath(started_on):
-        # Its items' names would match another test set's: the data behind them would not.
-        raise ConfigError(
-            f"--resume: the evaluation started on the test folder {started_on}, not {tests}; resume it without "
-            "--tests, or with that folder"
-        )
-    if not tests and get_format(spec.format).requires_tests:
-        # A resumed evaluation plays the folder it started on (a local run's may be the format's
-        # default test set, whose cache folder the participant never typed).
-        tests = started_on
-        if not tests:
-            raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
-        print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)
+    if args.resume:
+        tests = resumed_tests(args, spec, tests)
+    elif not tests and get_format(spec.format).requires_tests:
+        raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
     results_dir, made_folder = claim_results(args)  # once the settings are checked: a refused command makes no folder
-    if args.resume and not any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES):
+    if args.resume and not holds_an_evaluation(results_dir):
         # An evaluator killed before its first write leaves nothing to continue, and one started
         # again with --resume (an orchestrator's way) begins it: said, in case the folder is wrong.
         print(

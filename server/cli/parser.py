@@ -8,6 +8,16 @@ from typing import Any
 
 from arbiter.server.cli.hosting import add_hosting_parsers
 from arbiter.server.cli.leaderboard import add_leaderboard_parser
+from arbiter.server.cli.option_values import (
+    DEFAULT_SERVICE_ID,
+    count,
+    folder,
+    log_level,
+    participant,
+    positive,
+    seconds,
+)
+from arbiter.server.cli.results_parsers import add_results_parsers
 from arbiter.server.core.budgets import BudgetPolicy
 from arbiter.server.core.competition import (
     DEBUG_EPISODES,
@@ -18,72 +28,6 @@ from arbiter.server.core.competition import (
     preset_paths,
 )
 from arbiter.server.formats import format_names
-
-DEFAULT_SERVICE_ID = "T12345"  # flatland's client's default submission id
-
-
-KIND_WORDS = {int: "a whole number", float: "a number"}  # how an option's expected value is named
-
-
-def _positive(kind: type) -> callable:
-    def parse(text: str) -> float | int:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not {KIND_WORDS.get(kind, kind.__name__)}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-        return value
-
-    return parse
-
-
-def _count(text: str) -> int:
-    """A whole number >= 0 (``--record 0`` turns off recording a competition file asks for; a seed,
-    which numpy's seed sequences take no other way)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-def _seconds(text: str) -> float:
-    """A number of seconds >= 0 (``--time-bank 0`` turns off a bank a competition file grants)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 <= value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
-    return value
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
-
-
-def _log_level(text: str) -> str:
-    if text.upper() not in LOG_LEVELS:
-        raise argparse.ArgumentTypeError(f"{text!r} is not one of {', '.join(LOG_LEVELS)}")
-    return text.upper()
-
-
-def _folder(text: str) -> str:
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty folder name")
-    return text
-
-
-def _participant(text: str) -> str:
-    """A participant's name, as a leaderboard shows it: not empty, and one line."""
-    name = text.strip()
-    if not name:
-        raise argparse.ArgumentTypeError("is empty: name the participant the evaluation is for")
-    if not name.isprintable():
-        raise argparse.ArgumentTypeError(f"{text!r} holds a control character (a line break, a tab ...)")
-    return name
 
 
 def _default_competition() -> dict[str, Any]:
@@ -134,14 +78,14 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     )
     parser.add_argument(
         "--results",
-        type=_folder,
+        type=folder,
         metavar="DIR",
         help="results folder (default: arbiter-results/run-<date>-<time> in the current folder"
         + (")" if run else "; --resume needs the evaluation's own)"),
     )
     parser.add_argument(
         "--participant",
-        type=_participant,
+        type=participant,
         metavar="NAME",
         help="whose evaluation it is: summary.json gets a `submission` block naming NAME, the service id and "
         "when the evaluation started, so a leaderboard can rank it"
@@ -159,6 +103,12 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="override a competition key, validated like the file (dotted for tables: --set phase2.max_steps=20000)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue a killed or interrupted evaluation after its last finished item (its --results, the same "
+        "options)" + (", with the agent started again" if run else ""),
     )
     parser.add_argument(
         "--phase",
@@ -182,57 +132,57 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     if not run:
         seed_default += "; a hosted evaluation of a format whose seeds stay secret (two-phase, DIAMBRA) draws one"
     parser.add_argument(
-        "--seed", type=_count, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
+        "--seed", type=count, metavar="N", help=f"the seed every env is reset with (default: {seed_default})"
     )
     parser.add_argument(
         "--record",
-        type=_count,
+        type=count,
         metavar="N",
         help="keep the actions of the first N episodes for `arbiter replay`, in formats that record them "
         "(flatland) (default: the competition's record_episodes, 0 in its presets)",
     )
     parser.add_argument(
         "--planning-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="planning budget per episode " + competition_default("planning_s", "FLATLAND_INITIAL_PLANNING_TIMEOUT"),
     )
     parser.add_argument(
         "--step-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="budget per step " + competition_default("step_s", "FLATLAND_PER_STEP_TIMEOUT"),
     )
     parser.add_argument(
         "--overall-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="budget for the whole evaluation " + competition_default("overall_s", "FLATLAND_OVERALL_TIMEOUT"),
     )
     parser.add_argument(
         "--idle-timeout",
-        type=_positive(float),
+        type=positive(float),
         metavar="S",
         help="wait for a client / the next episode before ending "
         + competition_default("idle_s", "FLATLAND_DEFAULT_COMMAND_TIMEOUT"),
     )
     parser.add_argument(
         "--max-successive-timeouts",
-        type=_positive(int),
+        type=positive(int),
         metavar="N",
         help="timeouts in a row that end the evaluation "
         + competition_default("max_successive_timeouts", "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS"),
     )
     parser.add_argument(
         "--time-bank",
-        type=_seconds,
+        type=seconds,
         metavar="S",
         help="per episode: seconds planning and steps may run over their budgets in all "
         + competition_default("time_bank_s"),
     )
     parser.add_argument(
         "--redis-outage-timeout",
-        type=_positive(float),
+        type=positive(float),
         default=60.0,
         metavar="S",
         help="how long the evaluator rides out a Redis outage before stopping as INTERRUPTED (default: 60)",
@@ -251,46 +201,10 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
     parser.add_argument(
         "--log-level",
         default="WARNING",
-        type=_log_level,
+        type=log_level,
         metavar="LEVEL",
         help="Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL (default: WARNING)",
     )
-
-
-def _watch_and_replay_parsers(commands: argparse._SubParsersAction) -> None:
-    watch = commands.add_parser("watch", help="follow an evaluation's progress from another terminal")
-    watch.add_argument(
-        "--service-id",
-        metavar="ID",
-        help="the evaluation to follow "
-        f"(default: $AICROWD_SUBMISSION_ID, else the local run's, else {DEFAULT_SERVICE_ID})",
-    )
-    watch.add_argument(
-        "--redis-url",
-        metavar="URL",
-        help="its Redis (default: $ARBITER_REDIS_URL, else the `arbiter run` going on on this machine for this "
-        "user, else redis://$redis_ip:6379/0)",
-    )
-    start = watch.add_mutually_exclusive_group()
-    start.add_argument(
-        "--from-start", dest="from_start", action="store_true", default=True, help="show the history first (default)"
-    )
-    start.add_argument("--new-only", dest="from_start", action="store_false", help="show only events from now on")
-    watch.add_argument(
-        "--timeout",
-        type=_positive(float),
-        default=3600.0,
-        metavar="S",
-        help="give up after S s with no event (default: 3600)",
-    )
-    replay = commands.add_parser("replay", help="render a recorded episode as an animated GIF, and check it")
-    replay.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
-    replay.add_argument("episode", type=int, metavar="EPISODE", help="episode index, as in episodes.jsonl")
-    replay.add_argument("--out", required=True, metavar="FILE.gif", help="the GIF to write")
-    replay.add_argument("--tests", metavar="DIR", help="the evaluation's test folder (default: from summary.json)")
-    replay.add_argument("--renderer", default="PILSVG", choices=["PILSVG", "PIL"], help="PIL is plainer and faster")
-    replay.add_argument("--fps", type=_positive(float), default=8.0, help="frames per second (default 8)")
-    replay.add_argument("--every", type=_positive(int), metavar="K", help="draw every K-th step (default: 500 frames)")
 
 
 def _generate_parser(commands: argparse._SubParsersAction) -> None:
@@ -311,7 +225,7 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
         "--preset", metavar="NAME", help="flatland: the test set's preset, e.g. debug (8 envs, the default) or tiny"
     )
     generate.add_argument(
-        "--seed", type=_count, help="the generator's seed: the same seed writes the same data (default: the format's)"
+        "--seed", type=count, help="the generator's seed: the same seed writes the same data (default: the format's)"
     )
     generate.add_argument("--overwrite", action="store_true", help="replace a non-empty DIR whole")
     generate.add_argument(
@@ -329,35 +243,6 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
     )
 
 
-def _rescore_parser(commands: argparse._SubParsersAction) -> None:
-    rescore = commands.add_parser(
-        "rescore",
-        help="recompute an evaluation's score from its results folder and check it against summary.json",
-        description="Recompute the score of a finished evaluation from its results folder alone: summary.json "
-        "names the format, the scoring rule and the format's options, episodes.jsonl holds the records. The "
-        "rule is rebuilt from them, the format derives its per-record figures again from the raw fields where "
-        "it has such figures (flatland: each episode's normalized return and arrived fraction), and the records "
-        "are scored. Every figure is compared with the recorded one: the score and the leaderboard's figures in "
-        "summary.json and the derived figures in episodes.jsonl (numbers to 1e-12). An evaluation that did "
-        "not end in SUCCESS has no score; it matches when summary.json has none either.",
-        epilog="exit status: 0 when every figure matches, 1 when one differs (each difference is named), 2 when "
-        "the folder cannot be rescored (no summary.json, unknown rule ...)",
-    )
-    rescore.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
-    rescore.add_argument(
-        "--json",
-        action="store_true",
-        help="print the recomputed and recorded scores, the differences and the verdict as one JSON object "
-        "(default: a table of every figure, then the verdict)",
-    )
-    rescore.add_argument(
-        "--scoring",
-        metavar="RULE",
-        help="score with another rule of the format, e.g. flatland3 for a neurips2020 evaluation; the result "
-        "then differs from summary.json's by its rule (default: the rule summary.json names)",
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -370,17 +255,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     serve = commands.add_parser("serve", help="run the evaluator alone (hosted evaluation)")
     _shared_options(serve, "serve")
-    serve.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue a killed or interrupted evaluation after its last finished episode (same --results)",
-    )
     private = "the Redis serves this evaluation alone: full, it was filled by the agent, and the evaluation fails"
     serve.add_argument("--private-redis", action="store_true", help=private + " (not INTERRUPTED)")
 
     _generate_parser(commands)
-    _watch_and_replay_parsers(commands)
-    _rescore_parser(commands)
+    add_results_parsers(commands)  # watch, replay, rescore, report
     acl = commands.add_parser("acl", help="print the Redis ACL rule for one evaluation's participant")
     acl.add_argument("--service-id", required=True)
     acl.add_argument("--password", required=True, help="the participant's Redis password (printed only hashed)")
@@ -391,9 +270,6 @@ def build_parser() -> argparse.ArgumentParser:
         default="command",
         help="command: an ACL SETUSER line for redis-cli (default); config: a `user` line for a redis.conf file",
     )
-    report = commands.add_parser("report", help="write a self-contained report.html from a results folder")
-    report.add_argument("results", metavar="RESULTS_DIR", help="the results folder of the evaluation")
-    report.add_argument("--out", metavar="FILE", help="the HTML file to write (default RESULTS_DIR/report.html)")
     add_hosting_parsers(commands)  # submit, worker, submissions, cancel
     add_leaderboard_parser(commands)
     return parser

@@ -10,14 +10,16 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
+import sys
 import time
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.cli.parser import DEFAULT_SERVICE_ID
+from arbiter.server.cli.option_values import DEFAULT_SERVICE_ID
 from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
 from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE
+from arbiter.server.core.seeds import recorded_tests
 from arbiter.server.formats import get_format
 
 # flatland-rl's evaluator settings, honoured under their own names.
@@ -231,10 +233,36 @@ def refuse_earlier_results(results_dir: str) -> None:
     if earlier:
         raise ConfigError(
             f"{results_dir} already holds an evaluation's results ({', '.join(earlier)}): give another --results "
-            f"folder, remove that one, or go on with the evaluation it holds (arbiter serve --resume --results "
-            f"{results_dir}, with the same options)"
+            f"folder, remove that one, or go on with the evaluation it holds (--resume --results {results_dir}, "
+            "with the same options)"
         )
 
 
 # What an evaluation writes once it has started: a folder with neither holds none to resume yet.
 STARTED_FILES = (EVENTS_FILE, EPISODES_FILE)
+
+
+def resumed_tests(args: argparse.Namespace, spec: CompetitionSpec, tests: str | None) -> str | None:
+    """The test folder a ``--resume`` plays: the one its evaluation started on (``seed.json``),
+    unless another is given, which is refused: its items' names would match another test set's,
+    the data behind them would not. For a format that reads no tests, ``tests`` as it is."""
+    if not args.results:
+        raise ConfigError("--resume needs the --results folder of the evaluation to continue")
+    started_on = recorded_tests(args.results)
+    if tests and started_on and os.path.realpath(tests) != os.path.realpath(started_on):
+        raise ConfigError(
+            f"--resume: the evaluation started on the test folder {started_on}, not {tests}; resume it without "
+            "--tests, or with that folder"
+        )
+    if not tests and get_format(spec.format).requires_tests:
+        # A local run's may be the format's default test set, whose cache folder the participant never typed.
+        if not started_on:
+            raise ConfigError(f"--resume: {args.results} names no test folder (no seed.json): give it with --tests DIR")
+        tests = started_on
+        print(f"arbiter: --resume: playing the test folder the evaluation started on, {tests}", file=sys.stderr)
+    return tests
+
+
+def holds_an_evaluation(results_dir: str) -> bool:
+    """Whether ``results_dir`` holds an evaluation that started (one a resume continues)."""
+    return any(os.path.isfile(os.path.join(results_dir, name)) for name in STARTED_FILES)

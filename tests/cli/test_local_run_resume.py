@@ -1,5 +1,6 @@
-"""A killed `arbiter run` continued by `arbiter serve --resume` given the results folder and the
-same Redis, not its test folder: the folder the run played comes from `seed.json`."""
+"""A killed `arbiter run` continued by `arbiter run --resume` (its own Redis again, the agent
+started again) or by `arbiter serve --resume` given the results folder and the same Redis, not its
+test folder: the folder the run played comes from `seed.json`."""
 
 from __future__ import annotations
 
@@ -82,7 +83,9 @@ def test_serve_resume_without_tests_or_a_recorded_folder_asks_for_them(redis_url
         capture_output=True, text=True, timeout=60, env=environment,
     )  # fmt: skip
     assert done.returncode == 2
-    assert "arbiter: error: arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)" in done.stderr
+    assert f"arbiter: error: --resume: {results} names no test folder (no seed.json): give it with --tests DIR" in (
+        done.stderr
+    )
 
 
 def test_serve_resume_on_another_test_folder_than_the_evaluation_started_on_is_refused(redis_url, service_id, tmp_path):
@@ -102,3 +105,66 @@ def test_serve_resume_on_another_test_folder_than_the_evaluation_started_on_is_r
         f"--resume: the evaluation started on the test folder {started_on}, not {tmp_path / 'tests-b'}" in done.stderr
     )
     assert sorted(p.name for p in results.iterdir()) == ["events.jsonl", "seed.json"]  # nothing touched
+
+
+FORWARD_AGENT = """
+from arbiter.client import RemoteClient
+
+client = RemoteClient()
+while client.env_create()[0]:
+    while not client.env_step({handle: 2 for handle in client.env.get_agent_handles()})[2]["__all__"]:
+        pass
+client.submit()
+"""
+
+
+def test_run_resume_continues_a_killed_run_with_its_own_redis_and_scores_as_an_uninterrupted_one(tiny_tests, tmp_path):
+    """The killed run's embedded Redis went with it: `run --resume` starts another, plays the
+    test folder and seed the run started with, keeps its participant, and starts the agent again."""
+    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+    results = tmp_path / "r"
+    run = subprocess.Popen(
+        [*ARBITER, "run", "--tests", tiny_tests, "--results", str(results), "--participant", "ada", "--quiet",
+         "--", sys.executable, "-c", FIRST_EPISODE_AGENT],
+        cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: len(read_episodes(str(results), missing_ok=True)) == 1, what="the first episode's record")
+        run.send_signal(signal.SIGKILL)
+        run.wait(timeout=30)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.wait()
+    resumed = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(results), "--quiet", "--", sys.executable, "-c", FORWARD_AGENT],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"playing the test folder the evaluation started on, {os.path.abspath(tiny_tests)}" in resumed.stderr
+    whole = subprocess.run(
+        [*ARBITER, "run", "--tests", tiny_tests, "--results", str(tmp_path / "whole"), "--quiet",
+         "--", sys.executable, "-c", FORWARD_AGENT],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr
+    summary, uninterrupted = read_summary(str(results)), read_summary(str(tmp_path / "whole"))
+    assert summary["state"] == "SUCCESS" and summary["counters"]["resumed"] == 1
+    assert summary["submission"]["participant"] == "ada"
+    # Episode 0 was played by the killed run's agent (always forward too), the rest after the resume.
+    assert summary["score"] == uninterrupted["score"]
+    assert [r["index"] for r in read_episodes(str(results))] == [0, 1, 2]
+
+
+def test_run_resume_needs_a_folder_holding_an_evaluation(tmp_path):
+    done = subprocess.run([*ARBITER, "run", "--resume", "--", "true"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and "--resume needs the --results folder of the evaluation to continue" in done.stderr
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    done = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(empty), "--competition", "two-phase-cartpole", "--", "true"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert f"--resume: {empty} holds no evaluation to continue (no events.jsonl or episodes.jsonl)" in done.stderr
+    assert not any(empty.iterdir())

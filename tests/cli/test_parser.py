@@ -82,8 +82,10 @@ def test_run_and_serve_name_the_participant_trimmed():
     assert parse("serve").participant is None
 
 
-def test_resume_is_an_option_of_serve_only(capsys):
-    assert "--resume" in refused(capsys, "run", "--resume", "--", "agent")
+def test_run_and_serve_take_resume():
+    assert parse("run", "--resume", "--results", "r", "--", "agent").resume
+    assert parse("serve", "--resume", "--results", "r").resume
+    assert not parse("run", "--", "agent").resume
 
 
 def test_generate_needs_an_out_folder_and_has_defaults(capsys):
