@@ -61,6 +61,7 @@ import time
 from typing import Any
 
 from arbiter.client import metalc_process
+from arbiter.client.fold_tenancy import FoldTenancy
 from arbiter.client.metalc_play import SAMPLES_KEPT, STEP_KINDS, TIMED
 from arbiter.client.metalc_process import FoldProcess, Submission, refusal
 from arbiter.client.wire import Wire
@@ -84,6 +85,7 @@ class Runner:
         if self.server_info.get("format") != "metalc":
             raise ArbiterError("this evaluator is not running a MetaLC evaluation")
         self.runs = {run["run"]: run for run in self.server_info["runs"]}
+        self.tenancy = FoldTenancy()  # in a container of the submission's own: a fold leaves nothing
         self.fold: FoldProcess | None = None
         self.fold_key: tuple[int, int] | None = None  # (run, fold) of the running fold's process
         self.datasets = 0
@@ -148,6 +150,7 @@ class Runner:
         if ext.get("meta_train") is None:
             raise ArbiterError(f"run {run}, fold {fold}: the evaluator sent no meta-training data for this fold")
         began = time.perf_counter()
+        self.tenancy.fold_begins()
         self.fold = FoldProcess(self.submission, f"run {run}, fold {fold}")
         start = {
             "module": self.submission.module,
@@ -163,6 +166,7 @@ class Runner:
     def _end_fold(self) -> None:
         if self.fold is not None:
             self.fold.close()
+            self.tenancy.fold_ended()
         self.fold, self.fold_key = None, None
 
     def _play(self, body: dict[str, Any]) -> None:

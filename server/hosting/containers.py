@@ -113,6 +113,8 @@ def run_arguments(spec: ContainerSpec, runtime: str | None = None) -> list[str]:
         "--log-driver", "none",
         "--pull", "never",  # pulled before the evaluation started (``ensure_image``)
         "--env", f"HOME={SCRATCH}",
+        # The container runs the submission alone: the MetaLC runner may clear a fold's leavings.
+        "--env", f"ARBITER_SOLE_TENANT={SCRATCH}",
         "--mount", _tmpfs(SCRATCH, "1777", hosting.memory_bytes, podman),
         "--mount", f"type=bind,source={spec.socket_folder},destination={SOCKET_MOUNT},readonly",
     ]  # fmt: skip

@@ -291,6 +291,8 @@ def _agent_container(plan: EvaluationPlan) -> dict[str, Any]:
             },
             {"name": "AICROWD_SUBMISSION_ID", "value": plan.submission_id},
             {"name": "redis_ip", "value": "127.0.0.1"},  # flatland's own client reads it
+            # Its own process namespace and /tmp: the MetaLC runner may clear a fold's leavings.
+            {"name": "ARBITER_SOLE_TENANT", "value": SCRATCH_MOUNT},
         ],
         securityContext=_hardened(ARBITER_UID, ARBITER_UID, read_only=True),
         resources=_guaranteed(resources),

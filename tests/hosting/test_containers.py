@@ -61,7 +61,9 @@ def test_a_container_is_fenced_in_and_limited_by_the_competition(engine: str) ->
     assert option_values(arguments, "--memory") == option_values(arguments, "--memory-swap") == [str(3 << 30)]
     assert option_values(arguments, "--name") == ["arbiter-sub-1-2"]
     assert option_values(arguments, "--label") == ["arbiter.submission=sub-1", "arbiter.attempt=2"]
-    assert option_values(arguments, "--env") == ["HOME=/tmp", "ARBITER_REDIS_URL"], "no value: no secret in argv"
+    assert option_values(arguments, "--env") == ["HOME=/tmp", "ARBITER_SOLE_TENANT=/tmp", "ARBITER_REDIS_URL"], (
+        "no value: no secret in argv"
+    )
     mounts = option_values(arguments, "--mount")
     assert "type=bind,source=/tmp/r/socket,destination=/run/arbiter,readonly" in mounts
     assert "type=bind,source=/srv/agents/alice,destination=/submission,readonly" in mounts
