@@ -188,5 +188,5 @@ def run_to_end(
         if answer_after_end_s > 0 and service.ended_at is not None and tell:
             answer_after_end(service, until=service.ended_at + answer_after_end_s, until_told=not agent_watched)
     finally:
-        service.transport.close()
+        service.close()
     return summary

@@ -178,23 +178,32 @@ def serving(tiny_tests: str, redis_url: str, service_id: str, results, *options:
     )  # fmt: skip
 
 
+def client_outlived_by_its_evaluation(redis_url: str, service_id: str, results):
+    """A RemoteClient that started an episode and is still thinking when the overall budget ends
+    its evaluation (its summary written)."""
+    from harness import wait_for
+
+    from arbiter.client import RemoteClient
+
+    client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+    client.env_create()
+    wait_for(lambda: (results / "summary.json").exists(), what="the overall budget to end the evaluation")
+    return client
+
+
 def test_serve_answers_a_request_that_came_as_its_evaluation_ended(redis_url, service_id, tiny_tests, tmp_path):
     """A request sent just as the evaluation ended by itself (its client read the errors list a
     moment before the ending was posted) reaches a queue the evaluation no longer serves: serve
     answers it with the ending, where flatland's client would wait for a reply for ever, and
     exits once it has."""
-    from harness import wait_for
 
-    from arbiter.client import RemoteClient
     from arbiter.protocol.errors import error_from_payload
     from arbiter.protocol.messages import FLATLAND_RL
 
     results = tmp_path / "results"
     server = serving(tiny_tests, redis_url, service_id, results, "--overall-timeout", "0.5")
     try:
-        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
-        client.env_create()
-        wait_for(lambda: (results / "summary.json").exists(), what="the overall budget to end the evaluation")
+        client = client_outlived_by_its_evaluation(redis_url, service_id, results)
         channel = client._new_channel()
         late = client._tagged(FLATLAND_RL.ENV_CREATE, {}, channel)  # sent without reading the errors list
         response = client._send_and_await(FLATLAND_RL.ENV_CREATE, late, channel, give_up=time.monotonic() + 5, wait_s=5)
@@ -212,16 +221,13 @@ def test_serve_answers_a_request_that_came_as_its_evaluation_ended(redis_url, se
 def test_serve_waits_on_no_agent_that_read_its_ending(redis_url, service_id, tiny_tests, tmp_path):
     """The agent learns of the ending from the errors list, at its next request, before sending
     it: serve sees the list read and exits, well within the time it would answer late requests."""
-    from harness import wait_for
 
-    from arbiter.client import EvaluationError, RemoteClient
+    from arbiter.client import EvaluationError
 
     results = tmp_path / "results"
     server = serving(tiny_tests, redis_url, service_id, results, "--overall-timeout", "0.5")
     try:
-        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
-        client.env_create()
-        wait_for(lambda: (results / "summary.json").exists(), what="the overall budget to end the evaluation")
+        client = client_outlived_by_its_evaluation(redis_url, service_id, results)
         with pytest.raises(EvaluationError, match="overall"):
             client.env_create()
         assert server.wait(timeout=5) == 1, server.stderr.read()

@@ -32,13 +32,13 @@ time.sleep(120)
 """
 
 
-def test_serve_resume_plays_the_test_folder_a_killed_local_run_started_on(redis_url, service_id, tiny_tests, tmp_path):
-    results = tmp_path / "r"
-    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+def killed_after_its_first_episode(options: list[str], results, cwd, environment: dict[str, str]) -> None:
+    """`arbiter run` with ``options``, its agent playing one episode, killed (SIGKILL) once that
+    episode is on record."""
     run = subprocess.Popen(
-        [*ARBITER, "run", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
-         "--results", str(results), "--quiet", "--", sys.executable, "-c", FIRST_EPISODE_AGENT],
-        cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment,
+        [*ARBITER, "run", *options, "--results", str(results), "--quiet", "--", sys.executable, "-c",
+         FIRST_EPISODE_AGENT],
+        cwd=str(cwd), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment,
     )  # fmt: skip
     try:
         wait_for(lambda: len(read_episodes(str(results), missing_ok=True)) == 1, what="the first episode's record")
@@ -48,6 +48,14 @@ def test_serve_resume_plays_the_test_folder_a_killed_local_run_started_on(redis_
         if run.poll() is None:
             run.kill()
             run.wait()
+
+
+def test_serve_resume_plays_the_test_folder_a_killed_local_run_started_on(redis_url, service_id, tiny_tests, tmp_path):
+    results = tmp_path / "r"
+    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+    killed_after_its_first_episode(
+        ["--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id], results, tmp_path, environment
+    )
     assert json.loads((results / "seed.json").read_text())["tests"] == os.path.abspath(tiny_tests)
 
     serve = subprocess.Popen(
@@ -123,19 +131,7 @@ def test_run_resume_continues_a_killed_run_with_its_own_redis_and_scores_as_an_u
     test folder and seed the run started with, keeps its participant, and starts the agent again."""
     environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
     results = tmp_path / "r"
-    run = subprocess.Popen(
-        [*ARBITER, "run", "--tests", tiny_tests, "--results", str(results), "--participant", "ada", "--quiet",
-         "--", sys.executable, "-c", FIRST_EPISODE_AGENT],
-        cwd=str(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=environment,
-    )  # fmt: skip
-    try:
-        wait_for(lambda: len(read_episodes(str(results), missing_ok=True)) == 1, what="the first episode's record")
-        run.send_signal(signal.SIGKILL)
-        run.wait(timeout=30)
-    finally:
-        if run.poll() is None:
-            run.kill()
-            run.wait()
+    killed_after_its_first_episode(["--tests", tiny_tests, "--participant", "ada"], results, tmp_path, environment)
     resumed = subprocess.run(
         [*ARBITER, "run", "--resume", "--results", str(results), "--quiet", "--", sys.executable, "-c", FORWARD_AGENT],
         cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,

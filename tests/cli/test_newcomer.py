@@ -54,6 +54,8 @@ class Port6379Busy:
         self.holder = None
         if port_is_free("127.0.0.1", 6379):
             self.holder = socket.socket()
+            # as a server binds (port_is_free counts a port lingering in TIME_WAIT as free)
+            self.holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             self.holder.bind(("127.0.0.1", 6379))
             self.holder.listen()
         return self

@@ -108,3 +108,22 @@ def test_evaluators_of_other_service_ids_share_a_redis(redis_url, redis_conn, se
         with running_service(counting_competition(), tests=None, results=str(tmp_path / "b"), redis_url=redis_url,
                              service_id=service_id + "-b") as (second, _):  # fmt: skip
             assert first.claim.held and second.claim.held
+
+
+def test_serve_gives_the_claim_up_when_its_evaluation_ends(redis_url, redis_conn, service_id, tiny_tests, tmp_path):
+    from harness import play_episode
+
+    from arbiter.client import RemoteClient
+
+    server = serving(tiny_tests, redis_url, service_id, tmp_path / "r")
+    try:
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        while client.env_create()[0]:
+            play_episode(client, client.episode_index)
+        client.submit()
+        assert server.wait(timeout=30) == 0
+    finally:
+        server.kill()
+        server.wait()
+        server.stderr.close()
+    assert redis_conn.get(keys.evaluator_key(service_id)) is None
