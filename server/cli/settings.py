@@ -30,6 +30,28 @@ FLATLAND_ENV_BUDGETS = {
 }
 
 
+# flatland-rl's evaluator's seed, honoured for Flatland: a whole number, or NONE (no reset seed).
+FLATLAND_SEED_VARIABLE = "FLATLAND_EVALUATION_RANDOM_SEED"
+
+
+def flatland_env_seed() -> tuple[bool, int | None]:
+    """``FLATLAND_EVALUATION_RANDOM_SEED`` as flatland's service reads it: ``(False, None)`` when
+    unset; ``NONE`` is no seed (flatland's service then resets its envs without one)."""
+    text = os.environ.get(FLATLAND_SEED_VARIABLE, "").strip()
+    if not text:
+        return False, None
+    if text == "NONE":
+        return True, None
+    try:
+        seed = int(text)
+    except ValueError:
+        said = f"environment variable {FLATLAND_SEED_VARIABLE}={text!r}"
+        raise ConfigError(f"{said} is not a whole number or NONE") from None
+    if seed < 0:
+        raise ConfigError(f"environment variable {FLATLAND_SEED_VARIABLE}={text!r} must be 0 or more")
+    return True, seed
+
+
 EVALUATOR_SPIN_VARIABLE = "ARBITER_EVALUATOR_SPIN_US"
 
 
@@ -86,6 +108,10 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
     if args.seed is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed, "seed_fixed": True})
+    elif spec.format == "flatland":  # flatland's variable, for flatland's envs only
+        given, seed = flatland_env_seed()
+        if given:
+            spec = CompetitionSpec(**{**spec.__dict__, "seed": seed, "seed_fixed": True})
     if args.record is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
     if args.refuse_pickle:
