@@ -66,7 +66,7 @@ class Endings:
             return []
         wait = evaluation.wait
         if wait is Wait.CLIENT:
-            heard = evaluation.started_at is not None
+            heard = evaluation.heard_at is not None
             idle_s = evaluation.budgets.idle_s
             self.finish(
                 State.FAILED,

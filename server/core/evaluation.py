@@ -93,7 +93,11 @@ class Evaluation:
         self.wait = Wait.CLIENT
         self.wait_started = clock()
         self.created_at = clock()
-        self.started_at: float | None = None  # first request: the overall budget starts here
+        # The overall budget starts at the first ENV_CREATE (flatland's evaluator starts its clock
+        # there): an agent may handshake, then load its model, within the idle budget. A resumed
+        # evaluation was already under way: its clock goes on at its first request.
+        self.started_at: float | None = None
+        self.heard_at: float | None = None  # the first request of any kind
         self.used_before_s = 0.0  # overall time used by earlier runs of a resumed evaluation
         self.finished_at: float | None = None
         self.started_wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -163,6 +167,8 @@ class Evaluation:
 
     def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
+        if self.started_at is None:
+            self.started_at = now  # the first ENV_CREATE: the overall budget starts
         current = self.current
         ext = extension(payload) if self.server_side else {}
         wanted = ext.get("item")
@@ -333,8 +339,10 @@ class Evaluation:
     # -- bookkeeping --------------------------------------------------------------------------
 
     def _heard(self, now: float) -> None:
-        if self.started_at is None:
-            self.started_at = now
+        if self.heard_at is None:
+            self.heard_at = now
+            if self.used_before_s > 0 or self.restarted:  # resumed: the clock was running
+                self.started_at = now
 
     def set_wait(self, wait: Wait, since: float) -> None:
         self.wait = wait
