@@ -8,7 +8,9 @@ here; everything inward gets explicit settings. Precedence: flag > environment >
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import math
 import os
 import time
 
@@ -50,6 +52,23 @@ def flatland_env_seed() -> tuple[bool, int | None]:
     if seed < 0:
         raise ConfigError(f"environment variable {FLATLAND_SEED_VARIABLE}={text!r} must be 0 or more")
     return True, seed
+
+
+# flatland-rl's evaluator's threshold for playing the next Test (flatland3), under its own name.
+FLATLAND_MIN_COMPLETION_VARIABLE = "TEST_MIN_PERCENTAGE_COMPLETE_MEAN"
+
+
+def flatland_env_min_completion() -> float | None:
+    text = os.environ.get(FLATLAND_MIN_COMPLETION_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {FLATLAND_MIN_COMPLETION_VARIABLE}={text!r} is not a float") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"environment variable {FLATLAND_MIN_COMPLETION_VARIABLE}={text!r} must be finite")
+    return value
 
 
 EVALUATOR_SPIN_VARIABLE = "ARBITER_EVALUATOR_SPIN_US"
@@ -112,6 +131,10 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         given, seed = flatland_env_seed()
         if given:
             spec = CompetitionSpec(**{**spec.__dict__, "seed": seed, "seed_fixed": True})
+    completion = flatland_env_min_completion() if spec.format == "flatland" else None
+    if completion is not None:
+        options = dataclasses.replace(spec.options or get_format("flatland").options(), min_test_completion=completion)
+        spec = CompetitionSpec(**{**spec.__dict__, "options": options})
     if args.record is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
     if args.refuse_pickle:

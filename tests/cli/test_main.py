@@ -19,6 +19,7 @@ from arbiter.server.cli.main import EXIT_CODES, agent_ending, main, resolve_watc
 from arbiter.server.cli.parser import build_parser
 from arbiter.server.cli.settings import (
     FLATLAND_ENV_BUDGETS,
+    FLATLAND_MIN_COMPLETION_VARIABLE,
     FLATLAND_SEED_VARIABLE,
     claim_results,
     resolve_redis_url,
@@ -30,7 +31,8 @@ from arbiter.server.service.acl import participant_acl
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch):
     """None of the variables arbiter reads, whatever the shell running the tests set."""
-    for name in (*FLATLAND_ENV_BUDGETS.values(), FLATLAND_SEED_VARIABLE, "ARBITER_REDIS_URL", "redis_ip",
+    for name in (*FLATLAND_ENV_BUDGETS.values(), FLATLAND_SEED_VARIABLE, FLATLAND_MIN_COMPLETION_VARIABLE,
+                 "ARBITER_REDIS_URL", "redis_ip",
                  "AICROWD_SUBMISSION_ID", "AICROWD_DEBUG_SUBMISSION", "AICROWD_TESTS_FOLDER"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
@@ -89,6 +91,19 @@ def test_the_seed_is_the_flag_then_flatlands_variable_then_the_competitions(monk
     assert resolve_spec(args_of("serve", "--competition", "two-phase-cartpole")).seed != 7
     monkeypatch.setenv("FLATLAND_EVALUATION_RANDOM_SEED", "seven")
     with pytest.raises(ConfigError, match="FLATLAND_EVALUATION_RANDOM_SEED='seven' is not a whole number or NONE"):
+        resolve_spec(args_of("serve"))
+
+
+def test_flatlands_test_completion_threshold_is_its_variable_then_the_competitions(monkeypatch, tmp_path):
+    assert resolve_spec(args_of("serve", "--competition", "flatland3")).options.min_test_completion == 0.25
+    own = tmp_path / "own.toml"
+    own.write_text('format = "flatland"\nscoring = "flatland3"\nmin_test_completion = 0.5\n')
+    assert resolve_spec(args_of("serve", "--competition", str(own))).options.min_test_completion == 0.5
+    monkeypatch.setenv("TEST_MIN_PERCENTAGE_COMPLETE_MEAN", "0.1")
+    assert resolve_spec(args_of("serve", "--competition", str(own))).options.min_test_completion == 0.1
+    assert resolve_spec(args_of("serve", "--competition", "two-phase-cartpole")).format == "two-phase"
+    monkeypatch.setenv("TEST_MIN_PERCENTAGE_COMPLETE_MEAN", "most")
+    with pytest.raises(ConfigError, match="TEST_MIN_PERCENTAGE_COMPLETE_MEAN='most' is not a float"):
         resolve_spec(args_of("serve"))
 
 

@@ -21,6 +21,7 @@ import numpy as np
 
 from arbiter.server.core.scoring import figure, spread, sum_spread
 from arbiter.server.formats.base import Rule
+from arbiter.server.formats.flatland.options import TEST_MIN_PERCENTAGE_COMPLETE_MEAN
 
 
 def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
@@ -155,11 +156,6 @@ class NeurIPS2020(FlatlandRule):
         return [*super().figures(episodes, score), round2]
 
 
-# flatland-rl 4.3.0's service: no further Test is played after one whose finished episodes' mean
-# fraction of agents arrived is below this (its TEST_MIN_PERCENTAGE_COMPLETE_MEAN).
-TEST_MIN_PERCENTAGE_COMPLETE_MEAN = 0.25
-
-
 class Flatland3(FlatlandRule):
     """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum; the
     figures over the episodes it played (pandas skips an unplayed episode's empty row)."""
@@ -170,7 +166,13 @@ class Flatland3(FlatlandRule):
     primary_sums = True
     keeps_step_rewards = True
     played_only = True  # an unplayed episode's row is empty, as in flatland's results table
-    min_test_completion = TEST_MIN_PERCENTAGE_COMPLETE_MEAN
+
+    @property
+    def min_test_completion(self) -> float:
+        """No further Test is played after one whose finished episodes' mean fraction of agents
+        arrived is below this (the competition's ``min_test_completion``, flatland's 0.25)."""
+        options = self.options
+        return options.min_test_completion if options is not None else TEST_MIN_PERCENTAGE_COMPLETE_MEAN
 
     def normalized_return(
         self,

@@ -189,6 +189,22 @@ def test_a_test_played_too_poorly_stops_the_evaluation_as_flatlands_does(redis_s
     assert arbiter["rescored"].recomputed["primary"] == flatland["state"]["score"]["score"]
 
 
+def test_flatlands_threshold_variable_is_honoured_as_flatlands_service_honours_it(
+    redis_server, service_id, two_tests, tmp_path
+):
+    environment = {"TEST_MIN_PERCENTAGE_COMPLETE_MEAN": "0"}  # never stop
+    os.environ.update(environment)
+    try:
+        competition = flatland3()
+    finally:
+        del os.environ["TEST_MIN_PERCENTAGE_COMPLETE_MEAN"]
+    flatland, arbiter = both(
+        redis_server, service_id, two_tests, tmp_path, standing_still, environment=environment, competition=competition
+    )
+    assert flatland["episodes"] == arbiter["episodes"] == 5
+    assert {k: arbiter["submit"][k] for k in LEGACY} == flatland["submit"]
+
+
 def test_the_figures_of_an_evaluation_cut_short_count_the_played_episodes_only(
     redis_server, service_id, two_tests, tmp_path
 ):
