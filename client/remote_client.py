@@ -13,6 +13,7 @@ import gc
 import logging
 import os
 import time
+import urllib.parse
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,32 @@ def _plain_scalar(value: Any) -> Any:
     return value
 
 
+_UNSET: Any = object()  # env_step's map not given under this name
+
+
+def flatland_redis_url(host: str | None, port: int | None, db: int | None, password: str | None) -> str | None:
+    """The Redis URL flatland's client keywords name (``remote_host``, ``remote_port``,
+    ``remote_db``, ``remote_password``), with flatland's defaults for those left out (``redis_ip``,
+    else 127.0.0.1; 6379; 0; none); None when none is given (the environment then decides)."""
+    if host is None and port is None and db is None and password is None:
+        return None
+    host = host or os.environ.get("redis_ip", "127.0.0.1")
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # an IPv6 address
+    auth = f":{urllib.parse.quote(str(password), safe='')}@" if password is not None else ""
+    return f"redis://{auth}{host}:{int(port if port is not None else 6379)}/{int(db or 0)}"
+
+
+def log_verbosely() -> None:
+    """flatland's ``verbose=True``: the client's debug messages, on stderr unless logging is set up."""
+    logger = logging.getLogger("arbiter.client")
+    logger.setLevel(logging.DEBUG)
+    if not logging.getLogger().handlers and not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+        logger.addHandler(handler)
+
+
 class RemoteClient(Wire):
     """Connects to the evaluator and hands out its episodes one by one.
 
@@ -129,10 +156,32 @@ class RemoteClient(Wire):
         resend_after_s: float = RESEND_AFTER_S,
         spin_us: float | None = None,
         freeze_gc: bool | None = None,
+        # flatland-rl's FlatlandRemoteClient keywords (4.3.0's, and the 2020 client's test_envs_root)
+        flatland_rl_service_id: str | None = None,
+        remote_host: str | None = None,
+        remote_port: int | None = None,
+        remote_db: int | None = None,
+        remote_password: str | None = None,
+        test_envs_root: str | None = None,
+        verbose: bool = False,
+        use_pickle: bool = False,
     ):
+        if redis_url is None:
+            redis_url = flatland_redis_url(remote_host, remote_port, remote_db, remote_password)
+        self.verbose = verbose
+        if verbose:
+            log_verbosely()
+        # Accepted as flatland's client accepts it; requests go as msgpack whatever it says, which
+        # arbiter's evaluator and flatland's (unless started with --pickle) read.
+        self.use_pickle = use_pickle
         super().__init__(
-            redis_url, service_id, reply_timeout_s=reply_timeout_s, resend_after_s=resend_after_s, spin_us=spin_us
+            redis_url,
+            service_id or flatland_rl_service_id,
+            reply_timeout_s=reply_timeout_s,
+            resend_after_s=resend_after_s,
+            spin_us=spin_us,
         )
+        test_env_folder = test_env_folder or test_envs_root
         # Only used against flatland's own service, which sends no env state.
         self.test_env_folder = test_env_folder or os.environ.get("AICROWD_TESTS_FOLDER")
         self.step_replies = step_replies
@@ -210,10 +259,15 @@ class RemoteClient(Wire):
         payload = response["payload"]
         if not payload.get("observation"):
             self.env = None
+            if self.verbose:
+                log.debug("env_create: no episode is left")
             return False, False
         ext = extension(payload)
         self.current_env_path = payload.get("env_file_path")
         self.episode_index = ext.get("episode")
+        if self.verbose:
+            log.debug("env_create: episode %s, %s, seed %s", self.episode_index, self.current_env_path,
+                      payload.get("random_seed"))  # fmt: skip
         if "env_state" in ext:
             env_dict = env_state_from_wire(ext["env_state"], rebuilt=True)
             rewards = rewards_for(ext.get("reward_model", "flatland"))
@@ -230,17 +284,29 @@ class RemoteClient(Wire):
         self._last_step_end = time.monotonic()
         return observation, info
 
-    def env_step(self, action_dict: dict[Any, Any]) -> tuple[Any, Any, Any, Any]:
+    def env_step(
+        self, action_dict: Any = _UNSET, render: bool = False, *, action: Any = _UNSET
+    ) -> tuple[Any, Any, Any, Any]:
         """Send the actions and step the local env: ``(obs, rewards, done, info)``.
 
         Raises ``TimeoutException`` (a ``StopAsyncIteration``) once the evaluator has timed
-        the episode out; call ``env_create()`` to go on with the next one.
+        the episode out; call ``env_create()`` to go on with the next one. ``action`` is
+        flatland's client's name for the map, and ``render`` is accepted as flatland's client
+        accepts it, which renders nothing either.
         """
+        if action is not _UNSET:
+            if action_dict is not _UNSET:
+                raise TypeError("env_step() takes the actions once: as action_dict or as action, not both")
+            action_dict = action
+        elif action_dict is _UNSET:
+            raise TypeError("env_step() needs the actions: a map of agent handle to action")
         if self.env is None:
             raise OutOfOrder("env_step() before env_create(): there is no running episode")
         if self._episode_done:  # flatland's env would refuse it too, once the step had been sent
             raise OutOfOrder("env_step() after the episode ended: call env_create() for the next one")
         actions = _plain_actions(action_dict)
+        if self.verbose:
+            log.debug("env_step: %s", actions)
         sent_at = time.monotonic()
         self._budget_clock.step_sent(sent_at)
         payload: dict[str, Any] = {"action": actions, "inference_time": sent_at - self._last_step_end}
@@ -262,6 +328,8 @@ class RemoteClient(Wire):
     def submit(self) -> dict[str, Any]:
         """End the evaluation and return the scores."""
         response = self.request(FLATLAND_RL.ENV_SUBMIT, {})
+        if self.verbose:
+            log.debug("submit: %s", response["payload"])
         return response["payload"]
 
     def close(self) -> None:

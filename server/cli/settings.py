@@ -8,7 +8,9 @@ here; everything inward gets explicit settings. Precedence: flag > environment >
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
+import math
 import os
 import sys
 import time
@@ -30,6 +32,45 @@ FLATLAND_ENV_BUDGETS = {
     "idle_s": "FLATLAND_DEFAULT_COMMAND_TIMEOUT",
     "max_successive_timeouts": "FLATLAND_MAX_SUCCESSIVE_TIMEOUTS",
 }
+
+
+# flatland-rl's evaluator's seed, honoured for Flatland: a whole number, or NONE (no reset seed).
+FLATLAND_SEED_VARIABLE = "FLATLAND_EVALUATION_RANDOM_SEED"
+
+
+def flatland_env_seed() -> tuple[bool, int | None]:
+    """``FLATLAND_EVALUATION_RANDOM_SEED`` as flatland's service reads it: ``(False, None)`` when
+    unset; ``NONE`` is no seed (flatland's service then resets its envs without one)."""
+    text = os.environ.get(FLATLAND_SEED_VARIABLE, "").strip()
+    if not text:
+        return False, None
+    if text == "NONE":
+        return True, None
+    try:
+        seed = int(text)
+    except ValueError:
+        said = f"environment variable {FLATLAND_SEED_VARIABLE}={text!r}"
+        raise ConfigError(f"{said} is not a whole number or NONE") from None
+    if seed < 0:
+        raise ConfigError(f"environment variable {FLATLAND_SEED_VARIABLE}={text!r} must be 0 or more")
+    return True, seed
+
+
+# flatland-rl's evaluator's threshold for playing the next Test (flatland3), under its own name.
+FLATLAND_MIN_COMPLETION_VARIABLE = "TEST_MIN_PERCENTAGE_COMPLETE_MEAN"
+
+
+def flatland_env_min_completion() -> float | None:
+    text = os.environ.get(FLATLAND_MIN_COMPLETION_VARIABLE, "").strip()
+    if not text:
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        raise ConfigError(f"environment variable {FLATLAND_MIN_COMPLETION_VARIABLE}={text!r} is not a float") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"environment variable {FLATLAND_MIN_COMPLETION_VARIABLE}={text!r} must be finite")
+    return value
 
 
 EVALUATOR_SPIN_VARIABLE = "ARBITER_EVALUATOR_SPIN_US"
@@ -88,6 +129,14 @@ def resolve_spec(args: argparse.Namespace) -> CompetitionSpec:
         spec = CompetitionSpec(**{**spec.__dict__, "scoring": args.scoring})
     if args.seed is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "seed": args.seed, "seed_fixed": True})
+    elif spec.format == "flatland":  # flatland's variable, for flatland's envs only
+        given, seed = flatland_env_seed()
+        if given:
+            spec = CompetitionSpec(**{**spec.__dict__, "seed": seed, "seed_fixed": True})
+    completion = flatland_env_min_completion() if spec.format == "flatland" else None
+    if completion is not None:
+        options = dataclasses.replace(spec.options or get_format("flatland").options(), min_test_completion=completion)
+        spec = CompetitionSpec(**{**spec.__dict__, "options": options})
     if args.record is not None:
         spec = CompetitionSpec(**{**spec.__dict__, "record_episodes": args.record})
     if args.refuse_pickle:

@@ -24,8 +24,8 @@ from arbiter.protocol.errors import ConfigError
 class BudgetPolicy:
     planning_s: float = 300.0  # from the ENV_CREATE reply to the episode's first ENV_STEP
     step_s: float = 5.0  # between consecutive ENV_STEPs of an episode
-    overall_s: float = 8 * 3600.0  # from the first request to the end of the evaluation
-    idle_s: float = 300.0  # waiting for a client, or for the next ENV_CREATE between episodes
+    overall_s: float = 8 * 3600.0  # from the first ENV_CREATE to the end of the evaluation
+    idle_s: float = 300.0  # waiting for a client and its first ENV_CREATE, or for the next one between episodes
     max_successive_timeouts: int = 10
     time_bank_s: float = 0.0  # per episode: what planning and steps may run over their budgets in all
 

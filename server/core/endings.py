@@ -66,7 +66,7 @@ class Endings:
             return []
         wait = evaluation.wait
         if wait is Wait.CLIENT:
-            heard = evaluation.started_at is not None
+            heard = evaluation.heard_at is not None
             idle_s = evaluation.budgets.idle_s
             self.finish(
                 State.FAILED,
@@ -104,8 +104,7 @@ class Endings:
         if wait is Wait.SUBMIT:
             self.finish(
                 State.SUCCESS,
-                f"all {self.items_said(evaluation.total)} evaluated; "
-                f"no ENV_SUBMIT within the idle budget of {evaluation.budgets.idle_s:g} s",
+                f"{self.all_handed_out()}; no ENV_SUBMIT within the idle budget of {evaluation.budgets.idle_s:g} s",
                 now,
             )
         return []
@@ -113,6 +112,11 @@ class Endings:
     def items_said(self, count: int) -> str:
         """``count`` items in the format's words ("3 episodes", "1 dataset")."""
         return count_items(count, self.evaluation.format_name)
+
+    def all_handed_out(self) -> str:
+        """Why no item is left: all were evaluated, or the rule stopped the evaluation before."""
+        evaluation = self.evaluation
+        return evaluation.stop_cause or f"all {self.items_said(evaluation.total)} evaluated"
 
     def check_overall(self, now: float) -> None:
         evaluation = self.evaluation
@@ -128,7 +132,7 @@ class Endings:
         if evaluation.finished:
             return
         if evaluation.wait is Wait.SUBMIT:
-            evaluated = f"all {self.items_said(evaluation.total)} evaluated"
+            evaluated = self.all_handed_out()
             self.finish(State.SUCCESS, f"{evaluated}; {how or 'the agent exited'} without ENV_SUBMIT", now)
         else:
             self._end_early(f"{how or f'the agent process exited with status {status}'} before submitting", now)

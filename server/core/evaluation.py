@@ -93,7 +93,11 @@ class Evaluation:
         self.wait = Wait.CLIENT
         self.wait_started = clock()
         self.created_at = clock()
-        self.started_at: float | None = None  # first request: the overall budget starts here
+        # The overall budget starts at the first ENV_CREATE (flatland's evaluator starts its clock
+        # there): an agent may handshake, then load its model, within the idle budget. A resumed
+        # evaluation was already under way: its clock goes on at its first request.
+        self.started_at: float | None = None
+        self.heard_at: float | None = None  # the first request of any kind
         self.used_before_s = 0.0  # overall time used by earlier runs of a resumed evaluation
         self.finished_at: float | None = None
         self.started_wall = datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds")
@@ -107,6 +111,7 @@ class Evaluation:
         self.restarted = False
         self.replayed: list[dict[str, Any]] = []  # items withdrawn and played again, for the summary
         self.submitted = False  # ENV_SUBMIT came: the evaluation ends with it
+        self.stop_cause: str | None = None  # the plan's rule stopped handing out items (stop_before)
         # Per-step timings (seconds), kept compact: an 8-hour evaluation makes millions of steps.
         self.think_s = array("d")  # client time between our readiness and its next step
         self.server_step_s = array("d")  # our time to apply one step
@@ -162,6 +167,8 @@ class Evaluation:
 
     def on_create(self, payload: dict[str, Any], now: float) -> dict[str, Any]:
         self._heard(now)
+        if self.started_at is None:
+            self.started_at = now  # the first ENV_CREATE: the overall budget starts
         current = self.current
         ext = extension(payload) if self.server_side else {}
         wanted = ext.get("item")
@@ -188,6 +195,10 @@ class Evaluation:
             if self.records[-1]["timed_out"] or self.records[-1].get("timeout"):
                 raise TimeoutException(f"item {wanted} timed out; call env_create() for the next item")
             raise OutOfOrder(f"item {wanted} is over; call env_create() for the next item")
+        if self.next_index < self.total and self.stop_cause is None:
+            cause = self.plan.stop_before(self.items[self.next_index], self.records)
+            if cause is not None:
+                self._stop_by_rule(cause, now)
         if self.next_index >= self.total:
             self.set_wait(Wait.SUBMIT, now)
             done: dict[str, Any] = {"observation": False, "info": False, "random_seed": False, "env_file_path": False}
@@ -210,6 +221,18 @@ class Evaluation:
         self.stage_at = ready + stage_budget if stage_budget is not None else None
         self.set_wait(Wait.PLANNING, ready)
         return reply(FLATLAND_RL.ENV_CREATE_RESPONSE, body)
+
+    def _stop_by_rule(self, cause: str, now: float) -> None:
+        """The plan's rule stops the evaluation before its next item (Flatland's flatland3 after a
+        Test played too poorly): the items left are written as not played, and the evaluation
+        waits for ENV_SUBMIT as after its last item, its score counting only what was played."""
+        skipped = self.total - self.next_index
+        self.opener.discard()
+        for item in self.items[self.next_index :]:
+            self.recording.write_item(item, self.plan.unplayed(item), now, played=False)
+        self.next_index = self.total
+        self.stop_cause = f"{cause}; {self.endings.items_said(skipped)} not played"
+        log.info("the evaluation stops: %s", self.stop_cause)
 
     def _next_reset(self, current: OpenItem, now: float) -> dict[str, Any]:
         """The next episode of an item that spans resets: the reset is one of the item's steps,
@@ -298,7 +321,7 @@ class Evaluation:
         self._heard(now)
         self.submitted = True  # its reply says how the evaluation ended
         if self.next_index >= self.total and self.current is None:
-            self.endings.finish(State.SUCCESS, f"all {self.endings.items_said(self.total)} evaluated", now)
+            self.endings.finish(State.SUCCESS, self.endings.all_handed_out(), now)
         else:
             played = len({r["index"] for r in self.records}) + (self.current is not None)
             self.endings._end_early(f"ENV_SUBMIT after {played} of {self.endings.items_said(self.total)}", now)
@@ -316,8 +339,10 @@ class Evaluation:
     # -- bookkeeping --------------------------------------------------------------------------
 
     def _heard(self, now: float) -> None:
-        if self.started_at is None:
-            self.started_at = now
+        if self.heard_at is None:
+            self.heard_at = now
+            if self.used_before_s > 0 or self.restarted:  # resumed: the clock was running
+                self.started_at = now
 
     def set_wait(self, wait: Wait, since: float) -> None:
         self.wait = wait

@@ -166,6 +166,12 @@ class Plan(ABC):
         """Records of an item never played (an evaluation that ended early)."""
         return [{**record, "ended": NOT_PLAYED} for record in self.unplayed_records(item)]
 
+    def stop_before(self, item: Item, records: list[dict[str, Any]]) -> str | None:
+        """Why the evaluation stops before ``item`` is handed out (its rule's own limit, given the
+        records so far), or None to go on: ENV_CREATE then answers that no item is left, and the
+        items not played count as unfinished."""
+        return None
+
     def handshake(self) -> dict[str, Any]:
         """Fields the format adds to PONG's extension (spaces, the plan's stages ...)."""
         return {}

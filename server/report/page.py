@@ -32,7 +32,7 @@ REPORT_NAME = "report.html"
 BUDGET_ROWS = [
     ("planning_s", "Planning", "per episode, from the env_create reply to the first step"),
     ("step_s", "Step", "between consecutive steps of an episode"),
-    ("overall_s", "Overall", "the whole evaluation, from the agent's first request"),
+    ("overall_s", "Overall", "the whole evaluation, from the agent's first env_create"),
     ("idle_s", "Idle", "waiting for a client, for the next episode or for submit"),
     ("time_bank_s", "Time bank", "per episode: planning and steps may run over their budgets by this much in all"),
 ]

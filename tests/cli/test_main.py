@@ -13,18 +13,27 @@ import sys
 
 import pytest
 
+from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run
 from arbiter.server.cli.main import EXIT_CODES, agent_ending, main, resolve_watched
 from arbiter.server.cli.parser import build_parser
-from arbiter.server.cli.settings import FLATLAND_ENV_BUDGETS, claim_results, resolve_redis_url, resolve_spec
+from arbiter.server.cli.settings import (
+    FLATLAND_ENV_BUDGETS,
+    FLATLAND_MIN_COMPLETION_VARIABLE,
+    FLATLAND_SEED_VARIABLE,
+    claim_results,
+    resolve_redis_url,
+    resolve_spec,
+)
 from arbiter.server.service.acl import participant_acl
 
 
 @pytest.fixture(autouse=True)
 def clean_environment(monkeypatch):
     """None of the variables arbiter reads, whatever the shell running the tests set."""
-    for name in (*FLATLAND_ENV_BUDGETS.values(), "ARBITER_REDIS_URL", "redis_ip", "AICROWD_SUBMISSION_ID",
-                 "AICROWD_DEBUG_SUBMISSION", "AICROWD_TESTS_FOLDER"):  # fmt: skip
+    for name in (*FLATLAND_ENV_BUDGETS.values(), FLATLAND_SEED_VARIABLE, FLATLAND_MIN_COMPLETION_VARIABLE,
+                 "ARBITER_REDIS_URL", "redis_ip",
+                 "AICROWD_SUBMISSION_ID", "AICROWD_DEBUG_SUBMISSION", "AICROWD_TESTS_FOLDER"):  # fmt: skip
         monkeypatch.delenv(name, raising=False)
 
 
@@ -65,6 +74,37 @@ def test_a_debug_run_is_asked_for_by_flag_or_by_flatlands_variable(monkeypatch):
 def test_seed_scoring_record_and_pickle_flags_reach_the_competition():
     spec = resolve_spec(args_of("serve", "--seed", "99", "--scoring", "flatland3", "--record", "2", "--refuse-pickle"))
     assert (spec.seed, spec.scoring, spec.record_episodes, spec.accept_pickle) == (99, "flatland3", 2, False)
+
+
+def test_the_seed_is_the_flag_then_flatlands_variable_then_the_competitions(monkeypatch, tmp_path):
+    assert resolve_spec(args_of("serve")).seed == 1001
+    monkeypatch.setenv("FLATLAND_EVALUATION_RANDOM_SEED", "7")
+    from_environment = resolve_spec(args_of("serve", "--competition", "flatland3"))
+    assert (from_environment.seed, from_environment.seed_fixed) == (7, True)
+    own = tmp_path / "own.toml"
+    own.write_text('format = "flatland"\nseed = 5\n')
+    assert resolve_spec(args_of("serve", "--competition", str(own))).seed == 7
+    assert resolve_spec(args_of("serve", "--seed", "3")).seed == 3
+    monkeypatch.setenv("FLATLAND_EVALUATION_RANDOM_SEED", "NONE")  # flatland's word for no reset seed
+    assert resolve_spec(args_of("serve")).seed is None
+    # flatland's variable, for Flatland's envs: another format keeps its own seed
+    assert resolve_spec(args_of("serve", "--competition", "two-phase-cartpole")).seed != 7
+    monkeypatch.setenv("FLATLAND_EVALUATION_RANDOM_SEED", "seven")
+    with pytest.raises(ConfigError, match="FLATLAND_EVALUATION_RANDOM_SEED='seven' is not a whole number or NONE"):
+        resolve_spec(args_of("serve"))
+
+
+def test_flatlands_test_completion_threshold_is_its_variable_then_the_competitions(monkeypatch, tmp_path):
+    assert resolve_spec(args_of("serve", "--competition", "flatland3")).options.min_test_completion == 0.25
+    own = tmp_path / "own.toml"
+    own.write_text('format = "flatland"\nscoring = "flatland3"\nmin_test_completion = 0.5\n')
+    assert resolve_spec(args_of("serve", "--competition", str(own))).options.min_test_completion == 0.5
+    monkeypatch.setenv("TEST_MIN_PERCENTAGE_COMPLETE_MEAN", "0.1")
+    assert resolve_spec(args_of("serve", "--competition", str(own))).options.min_test_completion == 0.1
+    assert resolve_spec(args_of("serve", "--competition", "two-phase-cartpole")).format == "two-phase"
+    monkeypatch.setenv("TEST_MIN_PERCENTAGE_COMPLETE_MEAN", "most")
+    with pytest.raises(ConfigError, match="TEST_MIN_PERCENTAGE_COMPLETE_MEAN='most' is not a float"):
+        resolve_spec(args_of("serve"))
 
 
 def test_the_redis_url_is_the_flag_then_arbiters_variable_then_flatlands_default(monkeypatch):

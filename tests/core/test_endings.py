@@ -9,6 +9,7 @@ decide, never fixed sleeps.
 from __future__ import annotations
 
 import re
+import time
 
 import pytest
 from fake_envs import counting_competition
@@ -116,6 +117,23 @@ def test_the_overall_budget_ends_the_evaluation_without_a_score(redis_url, servi
     assert summary["state"] == "FAILED"
     assert summary["termination_cause"].startswith("overall budget of 0.8 s exceeded after")
     assert summary["score"]["primary"] is None and len(read_episodes(results)) == 1
+
+
+def test_the_overall_budget_starts_at_the_first_env_create_not_the_handshake(redis_url, service_id, tmp_path):
+    """As flatland's evaluator: an agent that connects, then loads its model for longer than the
+    overall budget, is on the idle budget until it asks for its first episode."""
+    budgets = {"overall_s": 0.8, "idle_s": 10.0}
+    _, running = evaluate(redis_url, service_id, tmp_path, num_episodes=2, budgets=budgets)
+    with running as (_, outcome):
+        env = connect(redis_url, service_id)  # the handshake
+        time.sleep(1.2)  # loading a model
+        play(env)
+        play(env)
+        env.submit()
+        summary = finish(outcome)
+        env.close()
+    assert summary["state"] == "SUCCESS", summary["termination_cause"]
+    assert summary["timing"]["evaluation_s"] < 0.8
 
 
 def test_all_items_played_without_a_submit_is_a_success(redis_url, service_id, tmp_path):

@@ -1,7 +1,10 @@
 """Runs flatland-rl's own, unmodified evaluation service (it needs the main thread: it uses
-SIGALRM timeouts), for the compatibility tests.
+SIGALRM timeouts), for the compatibility tests. Its settings (FLATLAND_* variables) are read
+from the environment it is started with, as flatland reads them.
 
     python flatland_service_main.py TESTS_DIR SERVICE_ID REDIS_PORT RESULTS_CSV
+
+Besides RESULTS_CSV, the service writes its evaluation state (the scores) next to it, as JSON.
 """
 
 import sys

@@ -13,6 +13,7 @@ import os
 
 from arbiter.server.formats.base import Format
 from arbiter.server.formats.flatland.generate import debug_test_set, write_test_folder
+from arbiter.server.formats.flatland.options import FlatlandOptions
 from arbiter.server.formats.flatland.plan import FlatlandPlan
 from arbiter.server.formats.flatland.recording import recording_plan
 from arbiter.server.formats.flatland.replay import replay_episode
@@ -22,7 +23,8 @@ from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
 
 FORMAT = Format(
     name="flatland",
-    rules={"neurips2020": NeurIPS2020, "flatland3": Flatland3},  # each made with the options (Flatland has none)
+    rules={"neurips2020": NeurIPS2020, "flatland3": Flatland3},  # each made with the options
+    options=FlatlandOptions,
     make_plan=FlatlandPlan,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),

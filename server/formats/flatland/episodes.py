@@ -110,7 +110,9 @@ def _no_info() -> dict[str, Any]:
 class FlatlandEpisode:
     """One opened episode: the server's env, reset with the evaluation seed."""
 
-    def __init__(self, tests_dir: str, spec: EpisodeSpec, seed: int | None, reward_model: str):
+    def __init__(
+        self, tests_dir: str, spec: EpisodeSpec, seed: int | None, reward_model: str, keep_step_rewards: bool = False
+    ):
         from flatland.envs.persistence import RailEnvPersister
         from flatland.envs.step_utils.states import TrainState
 
@@ -137,8 +139,12 @@ class FlatlandEpisode:
         self.max_episode_steps = int(self.env._max_episode_steps)
         self.steps = 0
         self.reward = 0.0
+        # The steps' non-zero rewards, in order, where the rule sums them step by step (flatland3):
+        # a zero step adds exactly nothing to flatland's running sum, so it need not be kept.
+        self.step_rewards: list[float] | None = [] if keep_step_rewards else None
         self.done = False
         self.malfunctions = 0
+        self.deadlocked: int | None = None  # trains deadlocked after the last step of a finished episode
 
     def create_payload(self) -> dict[str, Any]:
         """The legacy ENV_CREATE_RESPONSE fields (arbiter's extension is added by the caller)."""
@@ -153,12 +159,28 @@ class FlatlandEpisode:
         """Apply one step; returns True when the episode is over."""
         _, rewards, dones, _ = self.env.step(actions)
         self.steps += 1
-        self.reward += float(sum(rewards.values()))
+        step_reward = float(sum(rewards.values()))
+        self.reward += step_reward
+        if step_reward and self.step_rewards is not None:
+            self.step_rewards.append(step_reward)
         self.malfunctions += sum(
             1 for agent in self.env.agents if agent.malfunction_handler.malfunction_down_counter == 1
         )
         self.done = bool(dones["__all__"])
+        if self.done:
+            self.deadlocked = self._deadlocked()
         return self.done
+
+    def _deadlocked(self) -> int:
+        """flatland's ``nb_deadlocked_trains``: the trains whose position is in the env's motion
+        check's deadlocked set after the last step (its step recorder's last column)."""
+        deadlocked = self.env.motion_check.deadlocked
+        count = 0
+        for agent in self.env.agents:
+            configuration = agent.current_configuration
+            position = configuration[0] if configuration is not None else None
+            count += int(position in deadlocked)
+        return count
 
     def arrived(self) -> int:
         return sum(1 for agent in self.env.agents if agent.state == self._done_state)
@@ -213,7 +235,16 @@ class FlatlandTestFolder:
             rows = {f"{row['test_id']}/{row['env_id']}.pkl": row for row in reader}
         return columns, rows
 
-    def open(self, spec: EpisodeSpec, reward_model: str) -> FlatlandEpisode:
+    def metadata_rows(self) -> tuple[dict[str, int], int]:
+        """Each env's row in flatland's results table, and the table's length: the rows of
+        ``metadata.csv`` in its order (flatland's service builds the table from it), then the
+        envs it lacks, which flatland's table gains at its end as they are played."""
+        positions = {env: row for row, env in enumerate(self.metadata)}
+        for spec in self.episodes:
+            positions.setdefault(spec.env, len(positions))
+        return positions, len(positions)
+
+    def open(self, spec: EpisodeSpec, reward_model: str, keep_step_rewards: bool = False) -> FlatlandEpisode:
         # Earlier episodes' envs are garbage once flatland's caches let go of them; each sits in
         # a reference cycle (env <-> observation builder), so collect now rather than at some
         # later full pass: the evaluator's memory stays flat over thousands of episodes.
@@ -226,4 +257,4 @@ class FlatlandTestFolder:
             # episode's collection then scans what episodes left behind, not those modules again.
             gc.freeze()
         _flatland_set_aside = True
-        return FlatlandEpisode(self.tests_dir, spec, self.seed, reward_model)
+        return FlatlandEpisode(self.tests_dir, spec, self.seed, reward_model, keep_step_rewards)

@@ -7,13 +7,13 @@ send steps fire-and-forget) and the wire stays exactly flatland-rl's.
 
 from __future__ import annotations
 
-import math
-import statistics
 from typing import Any
+
+import numpy as np
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.messages import EXTENSION_KEY
-from arbiter.server.core.summary import FINISHED
+from arbiter.server.core.summary import FINISHED, NOT_PLAYED
 from arbiter.server.formats.base import Column, Item, OpenItem, Plan
 from arbiter.server.formats.flatland.episodes import FlatlandEpisode, FlatlandTestFolder, sanitize_actions
 from arbiter.server.formats.flatland.rules import FlatlandRule
@@ -32,6 +32,14 @@ FLATLAND_RESULT_COLUMNS = [
     "controller_inference_time_max",
 ]
 EXTRA_COLUMNS = ["timed_out", "timeout", "ended", "debug"]
+# The digits flatland's service rounds its submit figures to (compute_mean_scores).
+LEGACY_DIGITS = {"mean_reward": 2, "mean_normalized_reward": 5, "mean_percentage_complete": 3}
+
+
+def _rounded(value: float | None, digits: int | None) -> float | None:
+    if value is None or digits is None:
+        return value
+    return float(round(np.float64(value), digits))
 
 
 def _arrived(record: dict[str, Any]) -> str:
@@ -109,8 +117,9 @@ class FlatlandPlan(Plan):
         self.debug = spec.debug
         self.source = tests
         self.tests_dir = tests
-        metadata = [c for c in self.folder.metadata_columns if c not in FLATLAND_RESULT_COLUMNS]
-        self._csv_columns = (metadata or ["test_id", "env_id"]) + FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
+        metadata = [c for c in self.folder.metadata_columns if c not in FLATLAND_RESULT_COLUMNS and c != "filename"]
+        # flatland's table is indexed by the env file, its first column
+        self._csv_columns = ["filename"] + (metadata or ["test_id", "env_id"]) + FLATLAND_RESULT_COLUMNS + EXTRA_COLUMNS
 
     @property
     def reward_model(self) -> str:
@@ -123,13 +132,29 @@ class FlatlandPlan(Plan):
         return self._csv_columns
 
     def make_items(self) -> list[Item]:
+        rows, count = self.folder.metadata_rows()
         return [
-            Item(index=e.index, unit=e.env, fields={"env": e.env, "test": e.test, "level": e.level})
+            Item(
+                index=e.index,
+                unit=e.env,
+                fields={
+                    "env": e.env,
+                    "test": e.test,
+                    "level": e.level,
+                    # where flatland's results table holds the episode (rules.py sums it in that order)
+                    "metadata_row": rows[e.env],
+                    "metadata_rows": count,
+                },
+            )
             for e in self._episodes
         ]
 
     def open(self, item: Item) -> FlatlandItem:
-        return FlatlandItem(item, self.folder.open(self._episodes[item.index], self.reward_model), self)
+        keep = self.rule.keeps_step_rewards
+        return FlatlandItem(item, self.folder.open(self._episodes[item.index], self.reward_model, keep), self)
+
+    def stop_before(self, item: Item, records: list[dict[str, Any]]) -> str | None:
+        return self.rule.stop_before(records, item.fields["test"])
 
     def record(self, item: Item, episode: FlatlandEpisode | None, num_agents: int | None, *, finished: bool) -> dict:
         if episode is not None:
@@ -139,11 +164,17 @@ class FlatlandPlan(Plan):
                 episode.reward,
                 episode.arrived(),
             )
+            step_rewards, deadlocked = episode.step_rewards, episode.deadlocked
         else:
             max_steps, steps, reward, arrived = None, 0, 0.0, 0
+            step_rewards, deadlocked = ([] if self.rule.keeps_step_rewards else None), None
         rule = self.rule
         normalized = rule.normalized_return(
-            reward=reward, max_episode_steps=max_steps or 1, num_agents=num_agents or 1, finished=finished
+            reward=reward,
+            max_episode_steps=max_steps or 1,
+            num_agents=num_agents or 1,
+            finished=finished,
+            step_rewards=step_rewards,
         )
         arrived_fraction = (
             rule.arrived_fraction(arrived=arrived, num_agents=num_agents, finished=finished) if num_agents else 0.0
@@ -159,7 +190,9 @@ class FlatlandPlan(Plan):
             "arrived": arrived,
             "arrived_fraction": arrived_fraction,
             "malfunctions": episode.malfunctions if episode is not None else 0,
+            "deadlocked": deadlocked if finished else None,
             "seed": self.seed,
+            **({} if step_rewards is None else {"step_rewards": list(step_rewards)}),
         }
 
     def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
@@ -169,18 +202,14 @@ class FlatlandPlan(Plan):
         return {"reward_model": self.reward_model}
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """Flatland's four submit figures, which legacy clients print."""
-        normalized = [r["normalized_return"] for r in records]
-        return {
-            "mean_reward": statistics.fmean(r["reward"] for r in records) if records else None,
-            "mean_normalized_reward": statistics.fmean(normalized) if normalized else None,
-            "sum_normalized_reward": math.fsum(normalized) if normalized else None,
-            "mean_percentage_complete": statistics.fmean(r["arrived_fraction"] for r in records) if records else None,
-        }
+        """Flatland's four submit figures, which legacy clients print, rounded as flatland's
+        service rounds them (``round`` of a NumPy float: NumPy's rounding); the sum is not."""
+        figures = self.rule.legacy_figures(records)
+        return {key: _rounded(value, LEGACY_DIGITS.get(key)) for key, value in figures.items()}
 
     def csv_row(self, record: dict[str, Any]) -> dict[str, Any]:
-        row: dict[str, Any] = dict(self.folder.metadata.get(record["env"], {}))
-        if not row:
+        row: dict[str, Any] = {"filename": record["env"], **self.folder.metadata.get(record["env"], {})}
+        if len(row) == 1:
             row.update({"test_id": record["test"], "env_id": record["level"]})
         think = record.get("step_think_s") or {}
         row.update(
@@ -191,7 +220,8 @@ class FlatlandPlan(Plan):
                 "steps": record["steps"],
                 "simulation_time": record["wall_s"],
                 "nb_malfunctioning_trains": record.get("malfunctions", 0),
-                "nb_deadlocked_trains": "",
+                # flatland's count after a finished episode's last step; empty otherwise (its NaN)
+                "nb_deadlocked_trains": "" if record.get("deadlocked") is None else record["deadlocked"],
                 "controller_inference_time_min": think.get("min", 0.0),
                 "controller_inference_time_mean": think.get("mean", 0.0),
                 "controller_inference_time_max": think.get("max", 0.0),
@@ -201,4 +231,6 @@ class FlatlandPlan(Plan):
                 "debug": record.get("debug", False),
             }
         )
+        if self.rule.played_only and record.get("ended") == NOT_PLAYED:
+            row.update(dict.fromkeys(FLATLAND_RESULT_COLUMNS, ""))  # flatland's NaN: no figure, none counted
         return row

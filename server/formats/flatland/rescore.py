@@ -31,6 +31,7 @@ def rederived_records(rule: Any, records: list[dict[str, Any]]) -> list[dict[str
             max_episode_steps=record["max_episode_steps"] or 1,
             num_agents=num_agents or 1,
             finished=finished,
+            step_rewards=record.get("step_rewards"),
         )
         arrived = (
             rule.arrived_fraction(arrived=record["arrived"], num_agents=num_agents, finished=finished)

@@ -2,7 +2,13 @@
 2020) or the sum (flatland-rl 4.3.0's own rule) over episodes; secondary: mean fraction arrived.
 
 Leaderboard figures: ``normalized_return`` and ``arrived_fraction`` (the score's primary and
-secondary), and under NeurIPS 2020 ``round2_score``, the sum its round 2 ranked by."""
+secondary), and under NeurIPS 2020 ``round2_score``, the sum its round 2 ranked by.
+
+``flatland3`` computes every figure with flatland-rl 4.3.0's service's own float arithmetic, to
+the last digit: an episode's normalized reward summed step by step, and the figures over episodes
+as pandas sums and means its results table (one row per line of the test folder's
+``metadata.csv``, an unplayed episode's row empty, NaN, skipped by the mean), a NumPy sum of the
+column with 0.0 in the empty rows."""
 
 from __future__ import annotations
 
@@ -11,8 +17,11 @@ import statistics
 from abc import abstractmethod
 from typing import Any
 
+import numpy as np
+
 from arbiter.server.core.scoring import figure, spread, sum_spread
 from arbiter.server.formats.base import Rule
+from arbiter.server.formats.flatland.options import TEST_MIN_PERCENTAGE_COMPLETE_MEAN
 
 
 def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
@@ -45,9 +54,36 @@ class FlatlandRule(Rule):
 
     reward_model: str  # flatland's rewards the envs use (sent to clients, kept with replays)
     primary_sums: bool = False  # the primary figure sums the episodes' normalized returns (not a mean)
+    keeps_step_rewards: bool = False  # records keep the steps' rewards (``step_rewards``): the rule sums them
+    played_only: bool = False  # the figures over episodes leave out those not played (not the worst score)
 
     @abstractmethod
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float: ...
+    def normalized_return(
+        self,
+        *,
+        reward: float,
+        max_episode_steps: int,
+        num_agents: int,
+        finished: bool,
+        step_rewards: list[float] | None = None,
+    ) -> float: ...
+
+    def stop_before(self, records: list[dict[str, Any]], next_test: str) -> str | None:
+        """Why the evaluation stops before an episode of ``next_test`` is handed out, or None."""
+        return None
+
+    def legacy_figures(self, records: list[dict[str, Any]]) -> dict[str, float | None]:
+        """flatland's four ENV_SUBMIT figures, unrounded: over every record, as the rule scores."""
+        if not records:
+            return dict.fromkeys(("mean_reward", "mean_normalized_reward", "sum_normalized_reward",
+                                  "mean_percentage_complete"))  # fmt: skip
+        normalized = [r["normalized_return"] for r in records]
+        return {
+            "mean_reward": statistics.fmean(r["reward"] for r in records),
+            "mean_normalized_reward": statistics.fmean(normalized),
+            "sum_normalized_reward": math.fsum(normalized),
+            "mean_percentage_complete": statistics.fmean(r["arrived_fraction"] for r in records),
+        }
 
     @abstractmethod
     def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float: ...
@@ -82,7 +118,15 @@ class NeurIPS2020(FlatlandRule):
     figure_names = ("normalized_return", "arrived_fraction", "round2_score")
     reward_model = "neurips2020"
 
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+    def normalized_return(
+        self,
+        *,
+        reward: float,
+        max_episode_steps: int,
+        num_agents: int,
+        finished: bool,
+        step_rewards: list[float] | None = None,
+    ) -> float:
         if not finished:
             return -1.0
         return reward / (max_episode_steps * num_agents)
@@ -113,26 +157,141 @@ class NeurIPS2020(FlatlandRule):
 
 
 class Flatland3(FlatlandRule):
-    """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum."""
+    """flatland-rl 4.3.0's own rule: env rewards, +1.0 per finished episode, timeout 0.0, sum; the
+    figures over the episodes it played (pandas skips an unplayed episode's empty row)."""
 
     name = "flatland3"
     figure_names = ("normalized_return", "arrived_fraction")
     reward_model = "flatland"
     primary_sums = True
+    keeps_step_rewards = True
+    played_only = True  # an unplayed episode's row is empty, as in flatland's results table
 
-    def normalized_return(self, *, reward: float, max_episode_steps: int, num_agents: int, finished: bool) -> float:
+    @property
+    def min_test_completion(self) -> float:
+        """No further Test is played after one whose finished episodes' mean fraction of agents
+        arrived is below this (the competition's ``min_test_completion``, flatland's 0.25)."""
+        options = self.options
+        return options.min_test_completion if options is not None else TEST_MIN_PERCENTAGE_COMPLETE_MEAN
+
+    def normalized_return(
+        self,
+        *,
+        reward: float,
+        max_episode_steps: int,
+        num_agents: int,
+        finished: bool,
+        step_rewards: list[float] | None = None,
+    ) -> float:
+        """As flatland's service sums it: each step's reward over (steps × agents) added as the
+        step comes, from 0, then 1.0. ``step_rewards`` holds the steps' non-zero rewards (a zero
+        step adds exactly nothing); without it (a record written before it was kept) the
+        episode's reward counts as one step's."""
         if not finished:
             return 0.0
-        return reward / (max_episode_steps * num_agents) + 1.0
+        if step_rewards is None:
+            step_rewards = [reward] if reward else []
+        scale = max_episode_steps * num_agents
+        normalized: float = 0  # flatland's running figure starts as the int 0
+        for step_reward in step_rewards:
+            normalized += step_reward / scale
+        return normalized + 1.0
 
     def arrived_fraction(self, *, arrived: int, num_agents: int, finished: bool) -> float:
         return arrived / num_agents if finished else 0.0
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        return _aggregate(episodes, math.fsum, "sum of normalized rewards")
+        played = _played(episodes)
+        returns = [r["normalized_return"] for r in played]
+        arrived = [r["arrived_fraction"] for r in played]
+        tests: dict[str, list[dict[str, Any]]] = {}
+        for record in played:
+            tests.setdefault(record["test"], []).append(record)
+        return {
+            "primary": pandas_sum(episodes, "normalized_return"),
+            "secondary": pandas_mean(episodes, "arrived_fraction"),
+            "primary_name": "sum of normalized rewards",
+            "secondary_name": "mean fraction of agents arrived",
+            "per_test": {
+                "primary": {test: pandas_sum(records, "normalized_return") for test, records in tests.items()},
+                "secondary": {test: pandas_mean(records, "arrived_fraction") for test, records in tests.items()},
+            },
+            "spread": {"primary": spread(returns), "secondary": spread(arrived)},
+        }
 
     def primary(self, episodes: list[dict[str, Any]]) -> float:
-        return math.fsum(r["normalized_return"] for r in episodes)
+        return pandas_sum(episodes, "normalized_return")
+
+    def legacy_figures(self, records: list[dict[str, Any]]) -> dict[str, float | None]:
+        """As flatland's service computes them from its results table: means and the sum over the
+        played episodes' rows."""
+        return {
+            "mean_reward": pandas_mean(records, "reward"),
+            "mean_normalized_reward": pandas_mean(records, "normalized_return"),
+            "sum_normalized_reward": pandas_sum(records, "normalized_return"),
+            "mean_percentage_complete": pandas_mean(records, "arrived_fraction"),
+        }
+
+    def stop_before(self, records: list[dict[str, Any]], next_test: str) -> str | None:
+        """flatland's service, at each ENV_CREATE after the first: when the next episode is of
+        another Test than the last one handed out, the mean fraction of agents arrived over that
+        Test's finished episodes (NumPy's mean; 0.0 when none finished) must reach
+        ``min_test_completion``, else the evaluation stops (ENV_CREATE answers with no episode)."""
+        if not records or records[-1].get("test") == next_test:
+            return None
+        last_test = records[-1].get("test")
+        finished = [r["arrived_fraction"] for r in records if r.get("test") == last_test and _finished(r)]
+        mean = float(np.mean(finished)) if finished else 0.0
+        if mean >= self.min_test_completion:
+            return None
+        return (
+            f"the mean fraction of agents arrived in {last_test} ({len(finished)} finished episodes) was "
+            f"{mean:.3f}, below {self.min_test_completion:g}"
+        )
+
+
+def _finished(record: dict[str, Any]) -> bool:
+    ended = record.get("ended")
+    if ended is not None:
+        return ended == "finished"
+    return not (record.get("timed_out") or record.get("abandoned") or record.get("skipped"))
+
+
+def _played(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records of episodes handed out (finished, timed out or abandoned): those with a row."""
+    return [r for r in records if not r.get("skipped") and r.get("ended") != "not_played"]
+
+
+def _column(records: list[dict[str, Any]], key: str) -> tuple[np.ndarray, int]:
+    """``key`` as flatland's results table holds it: one float per row of the test folder's
+    ``metadata.csv`` (the records' ``metadata_row``; a record without one takes its place in
+    ``records``), 0.0 where no played episode wrote one, and the count of rows written."""
+    rows = max((r.get("metadata_rows") or 0 for r in records), default=0)
+    placed: list[tuple[int, float]] = []
+    for position, record in enumerate(records):
+        if record.get("skipped") or record.get("ended") == "not_played":
+            continue
+        row = record.get("metadata_row")
+        placed.append((position if row is None else row, float(record[key])))
+    size = max([rows, len(records), *(row + 1 for row, _ in placed)])
+    column = np.zeros(size, dtype=np.float64)
+    for row, value in placed:
+        column[row] = value
+    return column, len(placed)
+
+
+def pandas_sum(records: list[dict[str, Any]], key: str) -> float:
+    """pandas' ``Series.sum()`` of flatland's column: NaN rows as 0.0, NumPy's pairwise sum."""
+    column, _ = _column(records, key)
+    return float(column.sum())
+
+
+def pandas_mean(records: list[dict[str, Any]], key: str) -> float | None:
+    """pandas' ``Series.mean()``: that sum over the count of rows written (None when none)."""
+    column, count = _column(records, key)
+    if not count:
+        return None
+    return float(column.sum(dtype=np.float64) / np.float64(count))
 
 
 RULES = {"neurips2020": NeurIPS2020, "flatland3": Flatland3}
