@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import time
 import uuid
 from collections.abc import Callable
@@ -21,11 +20,11 @@ from typing import Any
 
 import redis
 
+from arbiter.client.connection import DEFAULT_SERVICE_ID, connection_settings, reply_timeout  # noqa: F401 (re-exported)
 from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import (
     ArbiterError,
     ClientConflict,
-    ConfigError,
     EvaluatorRestarted,
     MessageTooLarge,
     ServerUnavailable,
@@ -38,48 +37,10 @@ from arbiter.protocol.spin_wait import SpinWait, window_from_environment
 
 log = logging.getLogger(__name__)
 
-DEFAULT_SERVICE_ID = "T12345"  # flatland-rl's default, so unmodified setups line up
-DEFAULT_REPLY_TIMEOUT_S = 60.0
 RESEND_AFTER_S = 2.0  # re-send an unanswered request this often (the evaluator may restart)
 # A refused handshake is sent again this long after the instant the evaluator named (its clock
 # and ours run at the same rate, but the refusal took time to arrive).
 TAKEOVER_RETRY_MARGIN_S = 0.02
-
-
-REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def connection_settings(redis_url: str | None, service_id: str | None) -> tuple[str, str]:
-    """The keywords; else the environment (``ARBITER_REDIS_URL``, else ``redis_ip`` as flatland's
-    client reads it, on port 6379; ``AICROWD_SUBMISSION_ID``); else flatland's defaults."""
-    url = (
-        redis_url
-        or os.environ.get("ARBITER_REDIS_URL")
-        or (f"redis://{os.environ.get('redis_ip', '127.0.0.1')}:6379/0")
-    )
-    if not url.startswith(REDIS_SCHEMES):
-        source = "redis_url" if redis_url else "ARBITER_REDIS_URL"  # redis_ip always makes a redis:// URL
-        raise ConfigError(f"{source}: {redacted(url)!r} is not a Redis URL (one of {', '.join(REDIS_SCHEMES)})")
-    sid = keys.validate_service_id(service_id or os.environ.get("AICROWD_SUBMISSION_ID") or DEFAULT_SERVICE_ID)
-    return url, sid
-
-
-def reply_timeout(reply_timeout_s: float | None) -> float:
-    """The argument, else ``ARBITER_REPLY_TIMEOUT``, else the default; a finite number of
-    seconds > 0, since every wait must end (``ConfigError`` otherwise, naming where it came from)."""
-    source = "reply_timeout_s"
-    if reply_timeout_s is None:
-        raw = os.environ.get("ARBITER_REPLY_TIMEOUT")
-        if raw is None:
-            return DEFAULT_REPLY_TIMEOUT_S
-        source = "ARBITER_REPLY_TIMEOUT"
-        try:
-            reply_timeout_s = float(raw)
-        except ValueError:
-            raise ConfigError(f"ARBITER_REPLY_TIMEOUT must be a number of seconds, got {raw!r}") from None
-    if isinstance(reply_timeout_s, bool) or not 0 < reply_timeout_s < float("inf"):
-        raise ConfigError(f"{source} must be a finite number of seconds > 0, got {reply_timeout_s!r}")
-    return float(reply_timeout_s)
 
 
 class Wire:

@@ -25,18 +25,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from arbiter.protocol.codec import encode
 from arbiter.protocol.errors import DecodeError, InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.protocol.spaces import space_from_wire
 from arbiter.server.core.summary import ENDINGS, NOT_PLAYED, core_fields, merge_records
 from arbiter.server.formats.base import Format, Item
+from arbiter.server.formats.check_rules import RuleChecks, short_repr
 
 # (the opened item, the last create payload or step reply) → the action to send
 Policy = Callable[[Any, dict[str, Any]], Any]
 
-SCORE_KEYS = ("primary", "secondary", "primary_name", "secondary_name", "spread")
-FIGURE_KEYS = {"name", "title", "value", "direction", "spec", "spread"}  # what core.scoring.figure makes
 OPEN_ITEM_MEMBERS = ("item", "spans_resets", "stage_budget_s", "create_payload", "sanitize", "step", "step_reply",
                      "records", "close")  # fmt: skip
 PLAN_MEMBERS = ("items", "seed", "source", "server_side", "prepare_ahead", "packages", "columns", "csv_columns", "open",
@@ -82,7 +80,7 @@ def check_format(
     return checker.run(spec, tests)
 
 
-class _Checker:
+class _Checker(RuleChecks):
     def __init__(self, fmt: Format, policy: Policy | None, max_steps: int, rng: random.Random):
         self.fmt = fmt
         self.policy = policy
@@ -116,18 +114,6 @@ class _Checker:
         finally:
             plan.close()
         return self.report
-
-    def check_rule(self, rule: Any, registered: str) -> None:
-        for member in ("aggregate", "primary"):
-            if not callable(getattr(rule, member, None)):
-                raise self.fail(f"rule {registered!r}.{member}", "is missing: a rule computes figures from records")
-        if getattr(rule, "name", None) != registered:
-            raise self.fail(
-                f"rule {registered!r}.name",
-                f"is {getattr(rule, 'name', None)!r}: a summary names its rule by the name it is registered under",
-            )
-        if not isinstance(getattr(rule, "higher_is_better", None), bool):
-            raise self.fail(f"rule {registered!r}.higher_is_better", "must be True or False")
 
     def check_plan(self, plan: Any) -> None:
         for member in PLAN_MEMBERS:
@@ -295,7 +281,8 @@ class _Checker:
             try:
                 json.dumps(record, allow_nan=False)
             except (TypeError, ValueError) as exc:
-                raise self.fail(member, f"gave a record episodes.jsonl cannot hold ({exc}): {_short(record)}") from None
+                said = f"gave a record episodes.jsonl cannot hold ({exc}): {short_repr(record)}"
+                raise self.fail(member, said) from None
             if record["ended"] not in ENDINGS:
                 raise self.fail(member, f"gave ended={record['ended']!r}, not one of {ENDINGS}")
         return records
@@ -318,13 +305,13 @@ class _Checker:
                 raise self.fail(
                     "Plan.unplayed_records()",
                     f"gave a record of item {record['index']}, never played, without {missing}, which "
-                    f"Plan.columns declares (mark them optional, or give them): {_short(record)}",
+                    f"Plan.columns declares (mark them optional, or give them): {short_repr(record)}",
                 )
             if missing:
-                raise self.fail("Plan.columns", f"declares {missing}, which a record lacks: {_short(record)}")
+                raise self.fail("Plan.columns", f"declares {missing}, which a record lacks: {short_repr(record)}")
             row = plan.csv_row(record)
             if not isinstance(row, dict) or set(row) - set(columns):
-                raise self.fail("Plan.csv_row()", f"gave {_short(row)}: a map of csv_columns {columns}")
+                raise self.fail("Plan.csv_row()", f"gave {short_repr(row)}: a map of csv_columns {columns}")
             for member, text in (("progress_text", plan.progress_text(record)), ("table_row", plan.table_row(record))):
                 if text is not None and not isinstance(text, str):
                     raise self.fail(f"Plan.{member}()", f"gave {text!r}: a line of text, or None to leave it out")
@@ -349,56 +336,6 @@ class _Checker:
         self.check_figures(rule, played, score)
         self.report.score = score
 
-    def check_figures(self, rule: Any, records: list[dict[str, Any]], score: dict[str, Any]) -> None:
-        """What a leaderboard reads: figures made by core.scoring.figure, named in figure_names."""
-        member = f"rule {rule.name!r}.figures"
-        made = self.call(rule, "figures", records, "the records of a whole evaluation", score)
-        if not isinstance(made, list) or not all(isinstance(f, dict) and FIGURE_KEYS <= set(f) for f in made):
-            raise self.fail(member, f"gave {_short(made)}: a list of figures made by core.scoring.figure")
-        names = [f["name"] for f in made]
-        unnamed = [name for name in names if name not in rule.figure_names]
-        if unnamed or len(set(names)) != len(names):
-            raise self.fail(member, f"gave figures {names}: each once, each one of figure_names {rule.figure_names}")
-        if any(f["direction"] not in ("higher", "lower") for f in made):
-            raise self.fail(member, f"gave {_short(made)}: each figure's direction is 'higher' or 'lower'")
-        context = self.call(rule, "context", records, "the records of a whole evaluation", score)
-        self.wire(f"rule {rule.name!r}.context", context)
-
-    def call(self, rule: Any, member: str, records: list[dict[str, Any]], what: str, *more: Any) -> Any:
-        """``rule.member(records, *more)``; what it raises, as one error naming it and the records."""
-        try:
-            return getattr(rule, member)(records, *more)
-        except Exception as exc:
-            hint = (
-                " (an evaluation that ended early holds records of items never played: ended "
-                "'not_played', with only the fields Plan.unplayed_records gives)"
-                if any(r.get("ended") == NOT_PLAYED for r in records)
-                else ""
-            )
-            raise self.fail(
-                f"rule {rule.name!r}.{member}", f"raised {type(exc).__name__}: {exc}, for {what}{hint}"
-            ) from exc
-
-    def score(self, rule: Any, records: list[dict[str, Any]], what: str) -> dict[str, Any]:
-        score = self.call(rule, "aggregate", records, what)
-        member = f"rule {rule.name!r}.aggregate"
-        if not isinstance(score, dict) or any(key not in score for key in SCORE_KEYS):
-            raise self.fail(member, f"gave {_short(score)} for {what}: a map with at least {list(SCORE_KEYS)}")
-        try:
-            json.dumps(score, allow_nan=False)
-        except (TypeError, ValueError) as exc:
-            raise self.fail(member, f"gave figures summary.json cannot hold ({exc})") from None
-        return score
-
-    def wire(self, member: str, body: Any) -> dict[str, Any]:
-        if not isinstance(body, dict):
-            raise self.fail(member, f"returned {_short(body)}: a map")
-        try:
-            encode(body)
-        except DecodeError as exc:
-            raise self.fail(member, f"returned what the wire cannot carry ({exc}): {_short(body)}") from None
-        return body
-
 
 def _with_cap(spec: Any, cap: int) -> Any:
     """``spec`` with ``max_episodes`` set to ``cap``: a CompetitionSpec (a frozen dataclass) as
@@ -413,8 +350,3 @@ def _with_cap(spec: Any, cap: int) -> Any:
 def _first_item_records(records: list[dict[str, Any]]) -> int:
     first = records[0]["index"]
     return sum(1 for r in records if r["index"] == first)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 160 else text[:157] + "..."
