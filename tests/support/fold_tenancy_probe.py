@@ -13,6 +13,7 @@ scratch = os.environ["ARBITER_SOLE_TENANT"]
 with open(os.path.join(scratch, "kept"), "w") as handle:  # there before the runner: left alone
     handle.write("before")
 older = subprocess.Popen(["sleep", "60"])  # started before the fold: left alone
+before = sorted(os.listdir(scratch))  # with the folders the test mounts there, if any
 tenancy = FoldTenancy()
 tenancy.fold_begins()
 # The fold: a process in a session of its own, and the test curves at an absolute path.
@@ -30,6 +31,7 @@ print(
             "stray_ended": stray.poll() is not None,
             "older_alive": older.poll() is None,
             "scratch": sorted(os.listdir(scratch)),
+            "scratch_before": before,
             "runner_pid": os.getpid(),
         }
     )
