@@ -318,3 +318,17 @@ def _check_leaderboard(spec: CompetitionSpec, source: str) -> None:
     made = scoring_rule(spec.format, rule, spec.options)
     check_columns(spec.leaderboard, tuple(made.figure_names), str(rule), source)
     check_fields(spec.leaderboard, tuple(made.figure_names), tuple(made.context_names), str(rule), source)
+
+
+def setting_differences(wanted: dict[str, Any], recorded: dict[str, Any], at: str = "") -> list[tuple[str, Any, Any]]:
+    """(dotted key, the value wanted, the value recorded) for every key both hold that differs,
+    tables compared key by key: what a board or a resume says of settings that are not the same."""
+    found = []
+    for name, value in wanted.items():
+        if name not in recorded:
+            continue
+        if isinstance(value, dict) and isinstance(recorded[name], dict):
+            found.extend(setting_differences(value, recorded[name], f"{at}{name}."))
+        elif recorded[name] != value:
+            found.append((f"{at}{name}", value, recorded[name]))
+    return found

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.competition import setting_differences
 from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE, read_summary, summary_rule
 from arbiter.server.formats import get_format
 from arbiter.server.service.records_file import read_items
@@ -184,7 +185,7 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
     # The format's own keys (its env, its episodes, a training run's limits): a local run's
     # --set of any of them, as a hosted one's below.
     options = summary.get("options") if isinstance(summary.get("options"), dict) else {}
-    for name, value, recorded in _differences(conditions.get("options") or {}, options):
+    for name, value, recorded in setting_differences(conditions.get("options") or {}, options):
         if name.split(".", 1)[0] not in conditions.get("free", ()):
             said.append(f"{name} {recorded!r} (the competition's: {value!r})")
     identity = summary.get("submission") if isinstance(summary.get("submission"), dict) else {}
@@ -194,20 +195,6 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
         if key not in conditions.get("free", ()) and key != "budgets":  # budgets: compared above
             said.append(f"--set {assignment}")
     return "; ".join(said) or None
-
-
-def _differences(wanted: dict[str, Any], recorded: dict[str, Any], at: str = "") -> list[tuple[str, Any, Any]]:
-    """(dotted key, the competition's value, the recorded one) for every key both hold that differs;
-    tables compared key by key."""
-    found = []
-    for name, value in wanted.items():
-        if name not in recorded:
-            continue
-        if isinstance(value, dict) and isinstance(recorded[name], dict):
-            found.extend(_differences(value, recorded[name], f"{at}{name}."))
-        elif recorded[name] != value:
-            found.append((f"{at}{name}", value, recorded[name]))
-    return found
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import json
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -10,14 +11,20 @@ from typing import TYPE_CHECKING, Any
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
-from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.competition import CompetitionSpec, setting_differences
 from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.resume import restore
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
 from arbiter.server.service.endings_told import answer_after_end, ended_unasked
-from arbiter.server.service.events import EventLog, chain, replays_recorded, resumes_recorded
+from arbiter.server.service.events import (
+    EventLog,
+    chain,
+    first_start_recorded,
+    replays_recorded,
+    resumes_recorded,
+)
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
 from arbiter.server.service.service_claim import ServiceClaim
@@ -64,6 +71,8 @@ def build_service(
     # An evaluation that started before (its events say so) continues, even with no item finished:
     # its agent may be inside the first one.
     continues = resume and (bool(records) or os.path.exists(store.events_path))
+    if continues:
+        refuse_other_settings(first_start_recorded(store.events_path), spec, rule.name)
     transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
     # Before anything is written or cleared: another evaluator serving this service id here is
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
@@ -118,6 +127,26 @@ def build_service(
     service.events = events
     claim.keep(on_lost=service.request_stop)
     return service
+
+
+def refuse_other_settings(first: dict[str, Any] | None, spec: CompetitionSpec, rule_name: str) -> None:
+    """A resume goes on under the settings its evaluation started with (its first ``started``
+    event), or not at all: items played under other budgets or format keys would not score as one
+    evaluation. ``ConfigError`` naming each difference."""
+    if first is None:
+        return
+    now = json.loads(json.dumps({
+        "competition": spec.name, "scoring": rule_name, "debug": spec.debug,
+        "budgets": spec.budgets.as_dict(), "options": spec.options_dict(),
+    }))  # fmt: skip
+    said = [
+        f"{name} {recorded!r} (given now: {wanted!r})" for name, wanted, recorded in setting_differences(now, first)
+    ]
+    if said:
+        raise ConfigError(
+            f"--resume: the evaluation started under other settings than these: {'; '.join(said)}; resume it "
+            "with the options it started with"
+        )
 
 
 def start_service(

@@ -149,6 +149,7 @@ class EventLog:
             resumed=resumed,
             debug=evaluation.debug,
             budgets=evaluation.budgets.as_dict(),
+            options=evaluation.options,
             record_episodes=record_episodes,
         )
 
@@ -360,21 +361,15 @@ def _recorded(path: str, kind: str) -> Iterator[dict[str, Any]]:
 
 
 def submission_recorded(path: str) -> dict[str, Any] | None:
-    """The identity the last ``submission`` event of ``events.jsonl`` at ``path`` named, if any
-    (a line cut short by a kill is skipped)."""
+    """The identity the last ``submission`` event of ``events.jsonl`` at ``path`` named, if any."""
     found = None
-    marker = f'"event":"{SUBMISSION}"'
-    try:
-        with open(path, encoding="utf-8") as handle:
-            for line in handle:
-                if marker not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict) and event.get("event") == SUBMISSION and event.get("participant"):
-                    found = {key: value for key, value in event.items() if key not in ("event", "time")}
-    except OSError:
-        return None
+    for event in _recorded(path, SUBMISSION):
+        if event.get("participant"):
+            found = {key: value for key, value in event.items() if key not in ("event", "time")}
     return found
+
+
+def first_start_recorded(path: str) -> dict[str, Any] | None:
+    """The ``started`` event the evaluation's first run wrote into ``events.jsonl`` at ``path``:
+    the settings it started under, which a resume keeps."""
+    return next(_recorded(path, STARTED), None)

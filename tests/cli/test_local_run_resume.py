@@ -164,3 +164,23 @@ def test_run_resume_needs_a_folder_holding_an_evaluation(tmp_path):
     assert done.returncode == 2
     assert f"--resume: {empty} holds no evaluation to continue (no events.jsonl or episodes.jsonl)" in done.stderr
     assert not any(empty.iterdir())
+
+
+def test_a_resume_under_other_settings_than_the_evaluation_started_with_is_refused(tiny_tests, tmp_path):
+    """Its items would be played under another budget or rule than the earlier ones: refused,
+    each difference named, and the folder left as it was."""
+    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+    results = tmp_path / "r"
+    killed_after_its_first_episode(["--tests", tiny_tests], results, tmp_path, environment)
+    before = {path.name: path.read_bytes() for path in results.iterdir() if path.is_file()}
+    refused = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(results), "--step-timeout", "2", "--scoring", "flatland3",
+         "--", sys.executable, "-c", FORWARD_AGENT],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
+    )  # fmt: skip
+    assert refused.returncode == 2
+    assert "--resume: the evaluation started under other settings than these: scoring 'neurips2020' (given now: " in (
+        refused.stderr
+    )
+    assert "budgets.step_s 5 (given now: 2.0)" in refused.stderr
+    assert {path.name: path.read_bytes() for path in results.iterdir() if path.is_file()} == before
