@@ -78,7 +78,7 @@ def build_service(
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
     claim = ServiceClaim(redis_url, service_id)
     try:
-        claim.take(transport._call, transport.redis)
+        claim.take(transport)
     except BaseException:
         transport.redis.close()
         raise

@@ -109,6 +109,11 @@ class OutageRidingCalls:
             self._waiting_thread = None
             raise StopRequested
 
+    def riding_out(self, command: Callable[[], Any]) -> Any:
+        """``command()`` (given ``self.redis``) as the evaluator's own calls are made, outages ridden
+        out: for the parts of the evaluator beside the transport (its service id's claim)."""
+        return self._call(command)
+
     def _call(self, command: Callable[[], Any], blocks_s: float = 0.0) -> Any:
         """``command()``, riding out outages. ``blocks_s``: how long it may wait by design (a
         blocking pop); a failed call's time past that was Redis's, not the participant's."""

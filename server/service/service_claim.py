@@ -27,13 +27,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any
 
 import redis
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import connect
+from arbiter.server.service.redis_calls import OutageRidingCalls
 
 log = logging.getLogger(__name__)
 
@@ -98,9 +98,10 @@ class ServiceClaim:
         self._redis: redis.Redis | None = None
         self.held = False
 
-    def take(self, call: Callable[[Callable[[], Any]], Any], client: redis.Redis) -> None:
-        """Claim the service id, through ``call`` (which rides out a Redis not up yet) on
-        ``client``; ``ConfigError`` naming the holder when another evaluator keeps it."""
+    def take(self, calls: OutageRidingCalls) -> None:
+        """Claim the service id on the evaluator's connection (``calls``, which rides out a Redis
+        not up yet); ``ConfigError`` naming the holder when another evaluator keeps it."""
+        call, client = calls.riding_out, calls.redis
         give_up = time.monotonic() + self.lease_ms / 1000 + self.renew_every_s
         while True:
             if call(lambda: client.set(self.key, self.holder, nx=True, px=self.lease_ms)):
