@@ -14,12 +14,14 @@ import sys
 import paths
 import pytest
 from fake_envs import counting_competition
-from harness import finish, running_service, spec, wait_for
+from harness import finish, running_service, wait_for
 
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.competition import DEFAULT_COMPETITION, load_competition
 from arbiter.server.service import service_claim
 from arbiter.server.service.build import build_service
+from arbiter.server.service.events import first_start_recorded
 
 REPO = str(paths.REPO)
 
@@ -70,16 +72,19 @@ def test_an_evaluator_killed_on_this_machine_leaves_its_claim_to_the_next_at_onc
     redis_url, redis_conn, service_id, tiny_tests, tmp_path, short_waits
 ):
     """Its lease (several seconds) has not run out, and this test's evaluator would give up waiting
-    for it after 0.3 s: it takes the claim because its holder's process is gone."""
+    for it after 0.3 s: it takes the claim because its holder's process is gone. Killed once it has
+    started its evaluation, resumed under the competition it started with (serve's default)."""
     results = tmp_path / "results"
     killed = serving(tiny_tests, redis_url, service_id, results)
     wait_for(lambda: holder_pid(redis_conn, service_id) == killed.pid, what="the evaluator's claim")
+    started = lambda: first_start_recorded(str(results / "events.jsonl"))  # noqa: E731
+    wait_for(started, what="the evaluation's started event in its folder")
     killed.send_signal(signal.SIGKILL)
     killed.wait()
     killed.stderr.close()
     assert holder_pid(redis_conn, service_id) == killed.pid  # still held: its lease runs on
-    resumed = build_service(spec(), tests=tiny_tests, results_dir=str(results), redis_url=redis_url,
-                            service_id=service_id, resume=True)  # fmt: skip
+    resumed = build_service(load_competition(DEFAULT_COMPETITION), tests=tiny_tests, results_dir=str(results),
+                            redis_url=redis_url, service_id=service_id, resume=True)  # fmt: skip
     try:
         assert holder_pid(redis_conn, service_id) == os.getpid()
     finally:
