@@ -46,6 +46,15 @@ def test_a_submission_is_recorded_and_queued(redis_conn: redis.Redis, tiny_tests
         ({"sets": [" leaderboard.ranking = borda"]}, r"--set leaderboard.ranking: a competition's \[leaderboard\]"),
         # a debug submission is --debug's: its own quota, never ranked
         ({"sets": ["debug=true"]}, "--set debug: a debug submission is made with --debug"),
+        # a training goal no agent can reach within its steps: refused before it takes a quota slot
+        (
+            {"competition": "two-phase-cartpole", "sets": ["phase2.max_steps=1000"]},
+            r"infeasible phase 2: converging needs 11 episodes .* = 5225 env steps",
+        ),
+        (
+            {"competition": "two-phase-cartpole", "sets": ["phase2.goal_reward=501"]},
+            "cannot be reached in one episode of CartPole-v1: it needs 501 steps .* episodes end after 500",
+        ),
     ],
 )
 def test_bad_input_is_refused_and_changes_nothing(redis_conn, tiny_tests, tmp_path, given, message) -> None:

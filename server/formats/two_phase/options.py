@@ -82,6 +82,9 @@ class TwoPhaseOptions:
         bounds = self.reward_per_step
         if bounds is not None and (len(bounds) != 2 or not bounds[0] <= bounds[1]):
             raise ConfigError(f"reward_per_step must be [min, max] with min <= max, got {bounds!r}")
+        # Checked again on the env itself when a plan is built; here too, so that `arbiter submit`
+        # refuses a goal no agent can reach before it is queued.
+        check_feasible(self, registered_episode_steps(self))
         if self.worst_return is not None and not math.isfinite(self.worst_return):
             raise ConfigError("worst_return must be a finite number")
 
@@ -92,6 +95,20 @@ class TwoPhaseOptions:
 
     def runs_phase(self, phase: int) -> bool:
         return self.phase is None or self.phase == phase
+
+
+def registered_episode_steps(options: TwoPhaseOptions) -> int | None:
+    """Where an episode of ``options.env_id`` is cut, as its registration (or ``env_kwargs``) says,
+    without making the env; None when the id is not registered or no goal is checked on it."""
+    if options.step_bounds() is None or not options.runs_phase(2):
+        return None
+    if "max_episode_steps" in options.env_kwargs:
+        steps = options.env_kwargs["max_episode_steps"]
+        return steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    import gymnasium
+
+    registered = gymnasium.registry.get(options.env_id)
+    return None if registered is None else registered.max_episode_steps
 
 
 def check_feasible(options: TwoPhaseOptions, max_episode_steps: int | None) -> None:

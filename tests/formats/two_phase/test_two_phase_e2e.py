@@ -271,9 +271,13 @@ def test_a_run_converges_at_the_step_the_streak_completes(redis_url, service_id,
 
 
 def test_an_infeasible_goal_is_refused_at_load_with_the_reason():
-    infeasible = load_competition("two-phase-cartpole", ["phase2.max_steps=1000"])
     with pytest.raises(ConfigError, match=r"infeasible phase 2: converging needs 11 episodes .* = 5225 env steps"):
-        get_format("two-phase").make_plan(infeasible, None)  # what serve and run build before anything else
+        load_competition("two-phase-cartpole", ["phase2.max_steps=1000"])  # what serve, run and submit read first
+    # an episode cut later than the registration says (env_kwargs) makes a longer goal reachable
+    longer = load_competition("two-phase-cartpole", ["phase2.goal_reward=600", "env_kwargs={max_episode_steps=1000}"])
+    get_format("two-phase").make_plan(longer, None).close()
+    with pytest.raises(ConfigError, match="it needs 600 steps at 1 per step, and episodes end after 500"):
+        load_competition("two-phase-cartpole", ["phase2.goal_reward=600"])
     with pytest.raises(ConfigError, match="unknown keys"):
         load_competition("two-phase-cartpole", ["phase2.max_stepz=1000"])
 

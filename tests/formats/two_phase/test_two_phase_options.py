@@ -62,8 +62,8 @@ def test_a_goal_one_episode_cannot_reach_is_refused():
 
 def test_the_worst_return_is_the_lowest_the_env_can_give_and_never_above_zero():
     assert worst_return(options(), 500) == 0.0  # CartPole's lowest is 1 × 500, capped at 0
-    assert worst_return(options("MountainCar-v0"), 200) == -200.0
-    assert worst_return(TwoPhaseOptions(env_id="MountainCar-v0", worst_return=-7), 200) == -7.0
+    assert worst_return(options("MountainCar-v0", goal_reward=-110.0), 200) == -200.0  # its "solved" goal
+    assert worst_return(TwoPhaseOptions(env_id="MountainCar-v0", worst_return=-7, phase=1), 200) == -7.0
     assert worst_return(TwoPhaseOptions(env_id="x:Y", reward_per_step=[-2.0, 1.0]), 10) == -20.0
     with pytest.raises(ConfigError, match="set worst_return for x:Y"):
         worst_return(TwoPhaseOptions(env_id="x:Y"), 10)
