@@ -16,6 +16,7 @@ import redis
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.kube_options import add_kubernetes_options, given_kubernetes_options, kubernetes_options
+from arbiter.server.cli.option_values import log_level
 from arbiter.server.core.competition import phase_value
 
 QUOTA_EXCEEDED_EXIT = 3
@@ -84,7 +85,13 @@ def add_hosting_parsers(commands: argparse._SubParsersAction) -> None:
     )
     add_kubernetes_options(worker)
     worker.add_argument("--burst", action="store_true", help="exit when the queue is empty")
-    worker.add_argument("--log-level", default="WARNING", metavar="LEVEL", help="Python logging level")
+    worker.add_argument(
+        "--log-level",
+        default="WARNING",
+        type=log_level,
+        metavar="LEVEL",
+        help="Python logging level: DEBUG, INFO, WARNING, ERROR or CRITICAL (default: WARNING)",
+    )
 
     listing = commands.add_parser("submissions", help="list submissions with their state and score")
     _redis_option(listing)

@@ -76,6 +76,14 @@ def test_a_bad_value_is_refused_with_the_value_named(capsys, option, value, mess
     assert message in error and option in error
 
 
+def test_a_worker_takes_a_log_level_in_any_case_and_refuses_another_word(capsys):
+    farm = ("worker", "--redis-url", "redis://127.0.0.1:1/0", "--results-root", "r")
+    assert parse(*farm).log_level == "WARNING"
+    assert parse(*farm, "--log-level", "debug").log_level == "DEBUG"
+    error = refused(capsys, *farm, "--log-level", "LOUD")
+    assert "'LOUD' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL" in error and "--log-level" in error
+
+
 def test_run_and_serve_name_the_participant_trimmed():
     assert parse("serve", "--participant", " alice ").participant == "alice"
     assert parse("run", "--participant", "team blue", "--", "agent").participant == "team blue"
