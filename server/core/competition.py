@@ -280,8 +280,11 @@ def spec_from_dict(name: str, data: dict[str, Any], source: str = "<spec>") -> C
     found = get_format(format_name)
     core = {k: v for k, v in data.items() if k in _CORE_KEYS}
     own = {k: v for k, v in data.items() if k not in _CORE_KEYS}
-    if own and found.options is None:
-        raise ConfigError(f"{source}: unknown keys {sorted(own)}; allowed: {sorted(_CORE_KEYS)}")
+    own_keys = {f.name for f in dataclasses.fields(found.options)} if found.options is not None else set()
+    if set(own) - own_keys:  # a typo of a core key or of the format's: every key a file may hold is listed
+        raise ConfigError(
+            f"{source}: unknown keys {sorted(set(own) - own_keys)}; allowed: {sorted(_CORE_KEYS | own_keys)}"
+        )
     budgets = _policy_table(core, "budgets", "budget", BudgetPolicy, _BUDGET_KEYS, source)
     hosting = _policy_table(core, "hosting", "hosting", HostingPolicy, _HOSTING_KEYS, source)
     board = leaderboard_policy(core.pop("leaderboard", {}), source)

@@ -59,6 +59,21 @@ def test_a_competition_file_is_validated(tmp_path):
         spec_from_dict("x", {"budgets": 3})
 
 
+def test_an_unknown_key_is_told_with_every_key_the_file_may_hold(tmp_path):
+    """A misspelt core key is named with the core keys and the format's own as the ones allowed,
+    not with the format's alone (the core's would then look unknown too)."""
+    mine = tmp_path / "mine.toml"
+    for text, own in [("max_episode = 3\n", ["min_test_completion"]), ('format = "diambra"\nrecord = 1\n', ["game"])]:
+        mine.write_text(text)
+        with pytest.raises(ConfigError) as raised:
+            load_competition(str(mine))
+        message = str(raised.value)
+        assert "unknown keys [" in message and "allowed: [" in message, message
+        allowed = message.split("allowed: ", 1)[1]
+        for key in ["accept_pickle", "budgets", "debug", "max_episodes", "record_episodes", "seed", "tests", *own]:
+            assert f"'{key}'" in allowed, (key, message)
+
+
 def test_an_unknown_format_is_told_how_a_format_joins(tmp_path):
     """A competition naming a format not installed (its package's entry point missing) says, in
     one message, what is known and how a format kept outside arbiter joins."""
