@@ -128,7 +128,10 @@ def _shared_options(parser: argparse.ArgumentParser, command: str) -> None:
         f"{DEBUG_EPISODES} episodes (MetaLC: datasets; two-phase plays its whole plan) (default: off, unless "
         "$AICROWD_DEBUG_SUBMISSION=1)",
     )
-    seed_default = f"the competition's; {default_competition.get('seed')} in {DEFAULT_COMPETITION}"
+    seed_default = (
+        "for Flatland $FLATLAND_EVALUATION_RANDOM_SEED, else the competition's; "
+        f"{default_competition.get('seed')} in {DEFAULT_COMPETITION}"
+    )
     if not run:
         seed_default += "; a hosted evaluation of a format whose seeds stay secret (two-phase, DIAMBRA) draws one"
     parser.add_argument(

@@ -56,6 +56,24 @@ def test_every_option_the_command_line_reference_names_is_taken_by_its_command()
     )
 
 
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_every_variable_a_default_of_the_reference_names_is_in_the_options_help(command: str) -> None:
+    """An option whose default the reference says an environment variable gives says so in its
+    `arbiter run --help` and `arbiter serve --help` too."""
+    parser = build_parser()
+    commands = next(action for action in parser._actions if action.choices and action.dest == "command").choices
+    helps = {o: action.help or "" for action in commands[command]._actions for o in action.option_strings}
+    table = sections((REFERENCE / "command-line.md").read_text(encoding="utf-8"))["Options of `run` and `serve`"]
+    missing = []
+    for option, default in re.findall(r"^\| `(--[a-z-]+)[^|]*\|[^|]*\| ([^|]*) \|$", table, re.M):
+        other = "serve" if command == "run" else "run"
+        applying = re.sub(rf"`{other}`:[^;]*(?:;|$)", "", default)  # "`run`: ...; `serve`: ..." defaults
+        for variable in re.findall(r"\$([A-Za-z_]+)", applying):
+            if f"${variable}" not in helps[option]:
+                missing.append(f"{option}: ${variable}")
+    assert not missing, f"variables the reference gives as defaults, missing from arbiter {command} --help: {missing}"
+
+
 def allowed(assignment: str, competition: str = "flatland-neurips2020") -> set[str]:
     """The keys the loader says a file may hold where ``assignment`` puts an unknown one."""
     with pytest.raises(ConfigError) as refused:
