@@ -43,12 +43,20 @@ class Progress:
             self.enabled = False
 
     def started(
-        self, *, service_id: str, tests: str | None, episodes: int, competition: str, debug: bool, redis: str
+        self,
+        *,
+        service_id: str,
+        tests: str | None,
+        episodes: int,
+        competition: str,
+        debug: bool,
+        redis: str,
+        nouns: tuple[str, str] | None = None,
     ) -> None:
         label = " [DEBUG run: shortened, not an official score]" if debug else ""
         of_source = f" of {tests}" if tests else ""  # a plan that names no source (Plan.source) is said without
         self.note(
-            f"arbiter: evaluating {count_items(episodes, self.format_name)}{of_source} ({competition}){label}\n"
+            f"arbiter: evaluating {count_items(episodes, self.format_name, nouns)}{of_source} ({competition}){label}\n"
             f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
         )
 

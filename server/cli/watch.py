@@ -187,6 +187,7 @@ class Story:
 
     def __init__(self) -> None:
         self.format_name: str | None = None
+        self.item_nouns: list[str] | None = None  # the plan's words for its items (started event)
         self.total: int | None = None
         self.counts_items = False  # the evaluator's episodes_done counts items
         self.ended: set[int] = set()  # items whose records were announced and not withdrawn
@@ -195,7 +196,7 @@ class Story:
         self.run_open = False  # a run of the evaluator started and has not finished
 
     def items(self, count: int) -> str:
-        return count_items(count, self.format_name)
+        return count_items(count, self.format_name, self.item_nouns)
 
     def reported(self, event: dict[str, Any]) -> int | None:
         """The event's own count of items recorded, when it is one."""
@@ -248,6 +249,8 @@ class Story:
         self.run_open = True
         self.counts_items = "format" in event
         self.format_name = event.get("format", self.format_name)
+        nouns = event.get("item_nouns")
+        self.item_nouns = nouns if isinstance(nouns, list) and all(isinstance(n, str) for n in nouns) else None
         self.total = _whole(event.get("episodes_total"))
         total = self.items(self.total) if self.total is not None else f"{event.get('episodes_total')} episodes"
         again = ""

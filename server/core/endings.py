@@ -111,7 +111,7 @@ class Endings:
 
     def items_said(self, count: int) -> str:
         """``count`` items in the format's words ("3 episodes", "1 dataset")."""
-        return count_items(count, self.evaluation.format_name)
+        return count_items(count, self.evaluation.format_name, self.evaluation.plan.item_nouns)
 
     def all_handed_out(self) -> str:
         """Why no item is left: all were evaluated, or the rule stopped the evaluation before."""

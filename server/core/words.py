@@ -20,8 +20,11 @@ def item_noun(count: int, format_name: str | None) -> str:
     return singular if count == 1 else plural
 
 
-def count_items(count: int, format_name: str | None) -> str:
-    """``count`` items in the format's words: "1 episode", "3 datasets"."""
+def count_items(count: int, format_name: str | None, nouns: tuple[str, str] | list[str] | None = None) -> str:
+    """``count`` items in the format's words: "1 episode", "3 datasets"; in ``nouns`` (singular,
+    plural) when the plan named its own (``Plan.item_nouns``)."""
+    if nouns is not None and len(nouns) == 2:
+        return f"{count} {nouns[0] if count == 1 else nouns[1]}"
     return f"{count} {item_noun(count, format_name)}"
 
 

@@ -158,6 +158,14 @@ class Plan(ABC):
     @abstractmethod
     def open(self, item: Item) -> OpenItem: ...
 
+    @property
+    def item_nouns(self) -> tuple[str, str]:
+        """What this plan's items are called (singular, plural): its format's ``item_nouns``,
+        unless the plan holds one kind of them only."""
+        from arbiter.server.formats import get_format  # the registry imports this module
+
+        return get_format(self.spec.format).item_nouns
+
     def unplayed_records(self, item: Item) -> list[dict[str, Any]]:
         """The format's fields of an item never played; by default the item's fields."""
         return [dict(item.fields)]

@@ -188,6 +188,7 @@ def start_service(
         service_id=service_id,
         tests=service.evaluation.plan.source,
         episodes=service.evaluation.total,
+        nouns=service.evaluation.plan.item_nouns,
         competition=spec.name,
         debug=spec.debug,
         redis=redis_label or redacted(redis_url),

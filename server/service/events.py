@@ -144,6 +144,7 @@ class EventLog:
             competition=evaluation.competition,
             scoring=evaluation.rule.name,
             format=evaluation.format_name,
+            item_nouns=list(evaluation.plan.item_nouns),  # what arbiter watch calls the items
             episodes_total=evaluation.total,
             episodes_done=len({r["index"] for r in evaluation.records}),  # items, as episodes_total counts
             resumed=resumed,

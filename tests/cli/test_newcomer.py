@@ -129,7 +129,8 @@ def test_a_two_phase_run_says_nothing_of_flatland(tmp_path):
         done = arbiter("run", "--competition", "two-phase-cartpole", "--phase", "1", "--set", "num_episodes=2",
                        "--results", str(tmp_path / "r"), "--", *REINFORCELAB)  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "arbiter: evaluating 2 episodes and training runs of CartPole-v1" in done.stderr
+    assert "arbiter: evaluating 2 episodes of CartPole-v1" in done.stderr  # phase 1 alone: no training run
+    assert "all 2 episodes evaluated" in read_summary(str(tmp_path / "r"))["termination_cause"]
     assert "flatland" not in done.stderr.lower() and "6379" not in done.stderr
 
 

@@ -330,6 +330,18 @@ def test_replayed_items_are_counted_once_and_the_replay_is_shown(counts_items, r
     assert lines[-1] == f"4 of 4 {items} recorded, 1 timed out, evaluation time 1.50 s"
 
 
+def test_items_are_counted_in_the_words_the_started_event_gives(redis_conn, redis_url, service_id):
+    """A two-phase plan of phase 1 alone holds episodes only: its started event says so."""
+    phase1 = {**started(False, 0), "item_nouns": ["episode", "episodes"]}
+    publish(redis_conn, service_id, phase1, *records(0, 1), *records(1, 1), *records(2, 1), *records(3, 1),
+            finished(4))  # fmt: skip
+    out = io.StringIO()
+    assert follow(redis_url, service_id, timeout_s=5, out=out) == "SUCCESS"
+    lines = out.getvalue().splitlines()
+    assert "evaluation s: 4 episodes (two-phase-cartpole, scoring two-phase)" in lines
+    assert lines[-1] == "4 of 4 episodes recorded, 1 timed out, evaluation time 1.50 s"
+
+
 def test_new_only_counts_the_history_it_does_not_show(redis_conn, redis_url, service_id):
     history, end_event = killed_replayed_and_finished(counts_items=False)
     publish(redis_conn, service_id, *history)

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+from arbiter.server.core.competition import load_competition
 from arbiter.server.core.words import count_items, item_noun, plural
-from arbiter.server.formats import format_names
+from arbiter.server.formats import format_names, get_format
 
 
 def test_items_are_named_in_their_formats_words():
@@ -14,6 +15,24 @@ def test_items_are_named_in_their_formats_words():
     assert count_items(1, "metalc") == "1 dataset" and count_items(6, "metalc") == "6 datasets"
     assert count_items(1, "two-phase") == "1 episode or training run"
     assert count_items(2, "two-phase") == "2 episodes and training runs"
+    # a plan that holds one kind of item names it (Plan.item_nouns): two-phase's phase 1 alone
+    assert count_items(2, "two-phase", ("episode", "episodes")) == "2 episodes"
+    assert count_items(1, "two-phase", ["episode", "episodes"]) == "1 episode"
+
+
+def test_a_two_phase_plan_names_its_items_by_what_it_holds():
+    both, phase1 = load_competition("two-phase-cartpole"), load_competition("two-phase-cartpole", phase=1)
+    plans = [get_format("two-phase").make_plan(spec, None) for spec in (both, phase1)]
+    try:
+        assert [plan.item_nouns for plan in plans] == [
+            ("episode or training run", "episodes and training runs"), ("episode", "episodes")
+        ]  # fmt: skip
+        phase2 = get_format("two-phase").make_plan(load_competition("two-phase-cartpole", phase=2), None)
+        assert phase2.item_nouns == plans[0].item_nouns  # training runs and their evaluation episodes
+        phase2.close()
+    finally:
+        for plan in plans:
+            plan.close()
 
 
 @pytest.mark.parametrize("format_name", [None, "", "a format arbiter does not know"])

@@ -95,6 +95,12 @@ class TwoPhasePlan(GymPlan):
         check_feasible(self.options, max_episode_steps)
         self.worst_return = worst_return(self.options, max_episode_steps)
 
+    @property
+    def item_nouns(self) -> tuple[str, str]:
+        if self.options.runs_phase(2):
+            return super().item_nouns  # training runs and evaluation episodes
+        return ("episode", "episodes")
+
     def make_env(self) -> Any:
         return make_env(self.options.env_id, self.options.env_kwargs)
 
