@@ -188,6 +188,12 @@ class RemoteEnv(gymnasium.Env):
         self._last_observation = observation
         return observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
 
+    def render(self) -> None:
+        """Nothing: the env and its screen are the evaluator's (a DIAMBRA observation carries its
+        ``frame``). None, as an env made without a render mode returns, so a loop that calls
+        ``render()`` on every step plays on."""
+        return None
+
     def _observation(self, observation: Any) -> Any:
         """An observation as the env made it: its large arrays from the shared frames, its tuples
         tuples again."""
