@@ -257,3 +257,10 @@ def test_render_returns_none_as_an_env_without_a_render_mode_does(serve, redis_u
     env.close()
     assert finish(outcome)["state"] == "SUCCESS"
     assert [record["return"] for record in read_episodes(results)] == [2.0]
+
+
+def test_an_env_made_from_a_class_has_no_spec(serve, redis_url, service_id):
+    serve(num_episodes=1)
+    env = connect(redis_url, service_id)
+    assert env.spec is None
+    env.close()
