@@ -48,7 +48,7 @@ from arbiter.protocol.errors import ArbiterError, EvaluatorRestarted, OutOfOrder
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, PROTOCOL_VERSION, extension
 from arbiter.protocol.redis_conn import LARGE_ARGUMENT, LARGE_READ_CHUNK
 from arbiter.protocol.shared_frames import SHARED, SharedFramesReader
-from arbiter.protocol.spaces import as_element, data_bytes, holds_tuple, space_from_wire
+from arbiter.protocol.spaces import as_element, data_bytes, holds_tuple, space_from_wire, spec_from_wire
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,7 @@ class RemoteEnv(gymnasium.Env):
             )
         self.observation_space = space_from_wire(self.server_info["spaces"]["observation"])
         self.action_space = space_from_wire(self.server_info["spaces"]["action"])
+        self.spec = spec_from_wire(self.server_info.get("spec"))  # the server's env's registration
         self._tuples_inside = holds_tuple(self.observation_space)  # rebuilt from msgpack's lists
         if data_bytes(self.observation_space) > LARGE_ARGUMENT and self.frames is None:  # every reply is large
             self.wire.packets.read_in_chunks_of(LARGE_READ_CHUNK)
@@ -187,6 +188,12 @@ class RemoteEnv(gymnasium.Env):
             observation = self._observation(observation)
         self._last_observation = observation
         return observation, float(body["reward"]), bool(body["terminated"]), bool(body["truncated"]), info
+
+    def render(self) -> None:
+        """Nothing: the env and its screen are the evaluator's (a DIAMBRA observation carries its
+        ``frame``). None, as an env made without a render mode returns, so a loop that calls
+        ``render()`` on every step plays on."""
+        return None
 
     def _observation(self, observation: Any) -> Any:
         """An observation as the env made it: its large arrays from the shared frames, its tuples

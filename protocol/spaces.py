@@ -1,4 +1,5 @@
-"""Gymnasium spaces as plain data, so they travel at the handshake through the one codec.
+"""Gymnasium spaces (and an env's registration, its ``spec``) as plain data, so they travel at the
+handshake through the one codec.
 
 Supported: Box, Discrete, MultiDiscrete, MultiBinary, and Dict / Tuple of those (nested). A
 space travels as a map ``{"type": ..., ...}`` of ints, strings, lists and numpy arrays (which the
@@ -209,3 +210,25 @@ def _multi_discrete_from_ints(space: Any, action: list) -> Any:
         if not start <= value < start + count:
             return None
     return np.array(action, dtype=space.dtype)
+
+
+# An EnvSpec's fields that travel: plain values only (its wrappers' specs and a callable entry
+# point stay on the evaluator).
+SPEC_FIELDS = ("id", "entry_point", "reward_threshold", "nondeterministic", "max_episode_steps",
+                "order_enforce", "disable_env_checker", "kwargs", "vector_entry_point")  # fmt: skip
+
+
+def spec_from_wire(data: Any) -> Any:
+    """The ``EnvSpec`` that ``SPEC_FIELDS`` of an env's spec describe (those this gymnasium
+    knows), or None."""
+    if not isinstance(data, dict) or not isinstance(data.get("id"), str):
+        return None
+    import dataclasses
+
+    from gymnasium.envs.registration import EnvSpec
+
+    known = {f.name for f in dataclasses.fields(EnvSpec) if f.init}
+    try:
+        return EnvSpec(**{k: v for k, v in data.items() if k in known and k in SPEC_FIELDS})
+    except (TypeError, ValueError) as exc:
+        raise DecodeError(f"bad env spec: {exc}") from exc

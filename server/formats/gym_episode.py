@@ -19,7 +19,7 @@ from typing import Any
 
 from arbiter.protocol.errors import InvalidAction
 from arbiter.protocol.messages import EXTENSION_KEY
-from arbiter.protocol.spaces import action_for, space_to_wire
+from arbiter.protocol.spaces import SPEC_FIELDS, action_for, space_to_wire
 from arbiter.server.core.summary import FINISHED
 from arbiter.server.formats.base import Item, OpenItem, Plan, finite, plain, reset_seed, step_reply
 from arbiter.server.formats.columns import Column
@@ -143,13 +143,31 @@ class GymPlan(Plan):
         return [{**item.fields, "seed": None, "steps": 0, "return": scored, "partial_return": None}]
 
     def handshake(self) -> dict[str, Any]:
-        """The spaces, so ``RemoteEnv`` is a ``gymnasium.Env`` with the server's env's spaces."""
-        return {
+        """The spaces, so ``RemoteEnv`` is a ``gymnasium.Env`` with the server's env's spaces, and
+        the env's registration (``spec``) when it has one."""
+        described = {
             "spaces": {
                 "observation": space_to_wire(self.env.observation_space),
                 "action": space_to_wire(self.env.action_space),
             }
         }
+        spec = spec_to_wire(getattr(self.env, "spec", None))
+        if spec is not None:
+            described["spec"] = spec
+        return described
 
     def close(self) -> None:
         self.env.close()
+
+
+def spec_to_wire(spec: Any) -> dict[str, Any] | None:
+    """An env's ``spec`` (Gymnasium's ``EnvSpec``: id, ``max_episode_steps``,
+    ``reward_threshold`` ...) as plain data, or None when it has none. A callable entry point and
+    the specs of its wrappers stay on the evaluator."""
+    if spec is None or not isinstance(getattr(spec, "id", None), str):
+        return None
+    fields = {name: getattr(spec, name, None) for name in SPEC_FIELDS}
+    for name in ("entry_point", "vector_entry_point"):
+        if not isinstance(fields[name], str):
+            fields[name] = None
+    return {name: plain(value) for name, value in fields.items() if value is not None}

@@ -242,3 +242,25 @@ def test_a_step_sent_after_the_evaluation_ended_by_itself_raises_its_ending(serv
         env.step(1)
     assert told.value.ended == ended
     env.close()
+
+
+def test_render_returns_none_as_an_env_without_a_render_mode_does(serve, redis_url, service_id):
+    """A loop that calls ``render()`` every step (DIAMBRA's examples, Gymnasium's) plays on."""
+    _, outcome, results = serve(num_episodes=1, length=2)
+    env = connect(redis_url, service_id)
+    env.reset()
+    assert env.render_mode is None and env.render() is None
+    for _ in range(2):
+        env.step(0)
+        assert env.render() is None
+    env.submit()
+    env.close()
+    assert finish(outcome)["state"] == "SUCCESS"
+    assert [record["return"] for record in read_episodes(results)] == [2.0]
+
+
+def test_an_env_made_from_a_class_has_no_spec(serve, redis_url, service_id):
+    serve(num_episodes=1)
+    env = connect(redis_url, service_id)
+    assert env.spec is None
+    env.close()

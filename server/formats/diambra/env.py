@@ -100,7 +100,7 @@ class DiambraEnv(gymnasium.Env):
         self.seed_used = seed
         self.drawn = self._drawn_settings()
         self.invalid_actions = 0
-        return self.observation(observation), self._info(info, invalid=False)
+        return self.observation(observation), {**self._info(info, invalid=False), "settings": self.episode_settings()}
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict]:
         clean, invalid = self.sanitize(action)
@@ -164,6 +164,16 @@ class DiambraEnv(gymnasium.Env):
 
     def observation(self, raw: dict[str, Any]) -> dict[str, Any]:
         return _fit(self.observation_space, raw)
+
+    def episode_settings(self) -> dict[str, Any]:
+        """The episode's settings as diambra-arena's env gives them in a reset's
+        ``info["settings"]`` (its protobuf, as plain data by field name, enums by name), without
+        the seed: the role the agent plays, its characters and outfits, the level."""
+        from google.protobuf.json_format import MessageToDict
+
+        settings = MessageToDict(self._env.env_settings.pb_model, preserving_proto_field_name=True)
+        settings.get("episode_settings", {}).pop("random_seed", None)
+        return settings
 
     # -- helpers ---------------------------------------------------------------------------------
 

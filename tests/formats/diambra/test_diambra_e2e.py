@@ -186,6 +186,38 @@ def test_invalid_actions_play_the_no_op_and_are_counted(redis_url, service_id, t
     assert summary["state"] == "SUCCESS" and summary["counters"]["invalid_actions"] == len(bad)
 
 
+def test_reset_tells_the_agent_its_role_and_characters_as_diambras_info_settings(redis_url, service_id, tmp_path):
+    """With the role drawn at each reset, an agent knows which of P1 and P2 it plays only from
+    the reset's ``info["settings"]`` (diambra-arena's episode settings), which never holds the
+    episode's seed."""
+    competition = load_competition("diambra", ["game=kof98umh", "episodes=2", SMALL, "seed=1001"])
+    results = str(tmp_path / "r")
+    seen = []
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        _,
+        outcome,
+    ):
+        env = RemoteEnv(redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        observation, info = env.reset()
+        while not info["env_done"]:
+            episode = info["settings"]["episode_settings"]
+            assert "random_seed" not in episode and info["settings"]["game_id"] == "kof98umh"
+            player = episode["player_settings"][0]
+            own = observation[player["role"]]  # the agent's own RAM states, role-relative
+            assert env.observation_space[player["role"]].contains(own)
+            seen.append((player["role"], player["characters"], player["outfits"], episode["difficulty"]))
+            _, _, last = play_to_end(env)
+            assert "settings" not in last  # a reset's, as the episode's settings do not change
+            observation, info = env.reset()
+        env.submit()
+        env.close()
+        summary = finish(outcome)
+    assert summary["state"] == "SUCCESS"
+    drawn = [r["drawn"] for r in read_episodes(results)]
+    assert seen == [(d["role"], d["characters"], d["outfits"], d["level"]) for d in drawn]
+    assert {role for role, *_ in seen} == {"P1", "P2"}  # drawn: the agent could not have assumed one
+
+
 def test_a_frame_sized_request_is_refused_while_frame_sized_replies_flow(redis_url, redis_conn, service_id, tmp_path):
     """Native frames (480×512×3, ~740 KB) travel in every reply; an agent sending one back as its
     action is still held to the request limit, and the episode plays on untouched."""

@@ -55,7 +55,10 @@ def test_one_episode_end_to_end_on_the_mock():
             "game_done",
             "episode_done",
             "invalid_action",
+            "settings",  # diambra-arena's episode settings, without the seed
         }
+        assert info["settings"]["episode_settings"]["difficulty"] == 4
+        assert "random_seed" not in info["settings"]["episode_settings"]
         env.action_space.seed(11)
         total, steps, rounds = 0.0, 0, 0
         while True:
