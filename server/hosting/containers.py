@@ -305,6 +305,8 @@ class ContainerAgent(AgentProcess):
 class ContainerBackend:
     """Agents in podman or docker containers on the worker's machine."""
 
+    agent_outlives_horse = True  # the engine runs the container, not the horse
+
     def __init__(self, engine: str, *, runtime: str | None = None, options: list[str] | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"unknown container engine {engine!r}; known: {', '.join(ENGINES)}")

@@ -24,6 +24,7 @@ from containers import (
 )
 from harness import in_forked_child, read_episodes, read_summary, wait_for
 from hosting_farm import REPO, Workers, competition_file, kill_tree, seeded_agent, wait_lines, wait_state
+from rq.suspension import resume, suspend
 
 from arbiter.server.core.competition import HostingPolicy
 from arbiter.server.hosting import job
@@ -203,6 +204,42 @@ def test_a_worker_stopped_at_once_takes_the_container_with_it(
             f"removed with the work-horse it belonged to; the worker said:\n{workers.log_of(worker)}"
         )
     finally:
+        workers.stop_all()
+        remove_containers_of([submission.id], podman_env)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+            found += [int(child) for child in handle.read().split()]
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_a_work_horse_killed_outright_takes_its_container_with_it(
+    redis_conn: redis.Redis, redis_url, tiny_tests, tmp_path, podman_env
+) -> None:
+    """The kernel's out-of-memory killer ends a work-horse alone, its worker alive: the agent's
+    container is no process of the horse's, and its worker removes it before the submission is
+    retried, whose next attempt may run on another machine (here none runs: the queue is
+    suspended, as RQ suspends it)."""
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05),
+                        image=ROOTFS_IMAGE)  # fmt: skip
+    workers = Workers(redis_url, str(tmp_path / "results"))
+    try:
+        worker = workers.start(*worker_options(tmp_path))
+        store = SubmissionStore(redis_conn)
+        wait_state(store, submission.id, RUNNING, timeout_s=30)
+        wait_for(lambda: containers_of(submission.id, podman_env), what="the agent's container")
+        suspend(redis_conn)
+        (horse,) = children_of(worker.pid)
+        os.kill(horse, signal.SIGKILL)
+        wait_for(lambda: containers_of(submission.id, podman_env) == [], timeout_s=20, what="the container removed")
+        assert store.get(submission.id).attempts == 1 and worker.poll() is None
+    finally:
+        resume(redis_conn)
         workers.stop_all()
         remove_containers_of([submission.id], podman_env)
 
