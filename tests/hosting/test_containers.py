@@ -30,7 +30,15 @@ from arbiter.server.core.competition import HostingPolicy
 from arbiter.server.hosting import job
 from arbiter.server.hosting.containers import ContainerBackend, ContainerSpec, run_arguments
 from arbiter.server.hosting.farm import submit
-from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, RUNNING, SubmissionStore
+from arbiter.server.hosting.quotas import QuotaExceeded
+from arbiter.server.hosting.submissions import (
+    AGENT_FAULT,
+    FAILED,
+    FINISHED,
+    INFRASTRUCTURE_FAULT,
+    RUNNING,
+    SubmissionStore,
+)
 
 CARTPOLE_AGENT = [sys.executable, "-m", "arbiter.client.reinforcelab", str(paths.EXAMPLES / "reinforcelab_cartpole")]
 TWO_PHASE = ["num_episodes=2", "seed=7"]  # a fixed seed: both backends play the same episodes
@@ -113,6 +121,46 @@ def test_a_submission_with_no_image_it_can_run_fails_as_the_agent_s_fault(
     found = SubmissionStore(redis_conn).get(submission.id)
     assert found.state == FAILED and found.fault == AGENT_FAULT
     assert found.cause.startswith("cannot start the agent") and re.search(message, found.cause)
+
+
+UNPULLABLE = "localhost:1/arbiter-no-such-agent:1"  # a registry that refuses every connection
+
+
+@pytest.mark.parametrize(
+    ("engine", "image", "hosting", "fault", "cause"),
+    [
+        ("podman", UNPULLABLE, "", AGENT_FAULT, f"cannot start the agent: its image '{UNPULLABLE}' cannot be pulled: "),
+        ("podman", None, f'image = "{UNPULLABLE}"', INFRASTRUCTURE_FAULT, f"[hosting] image '{UNPULLABLE}' cannot be "),
+        (
+            "docker",
+            None,
+            f'image = "{ROOTFS_IMAGE}"',
+            INFRASTRUCTURE_FAULT,
+            "[hosting] image 'rootfs:/' (the machine's",
+        ),
+    ],
+)
+def test_an_image_that_cannot_run_is_the_fault_of_whoever_named_it(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, podman_env, engine, image, hosting, fault, cause
+) -> None:
+    """A submission's own image that cannot be pulled uses up one of its participant's daily
+    submissions; the competition's ([hosting] image, the organiser's) fails it as the farm's
+    fault, which the participant's quota does not count."""
+    competition = competition_file(tmp_path, tiny_tests, hosting=f"daily_submissions = 1\n{hosting}")
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
+
+    def evaluate() -> str:
+        job.configure(job.WorkerSettings(redis_url, str(tmp_path / "results"), ContainerBackend(engine)))
+        return job.evaluate_submission(submission.id)
+
+    in_forked_child(evaluate)
+    found = SubmissionStore(redis_conn).get(submission.id)
+    assert found.state == FAILED and found.fault == fault and found.cause.startswith(cause), found.cause
+    if fault == AGENT_FAULT:
+        with pytest.raises(QuotaExceeded):
+            submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
+    else:
+        submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
 
 
 def burst(redis_url: str, results_root: Path, log: Path, *options: str) -> None:
