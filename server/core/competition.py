@@ -51,6 +51,24 @@ def size_bytes(text: str | int, what: str) -> int:
     return int(value)
 
 
+# A container image reference as podman and docker read one: [registry[:port]/]path[:tag][@digest],
+# its path lowercase; or rootfs:PATH, the worker machine's own files (podman).
+_REGISTRY = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*)(?::[0-9]+)?"
+_PATH_PART = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+_IMAGE = re.compile(
+    rf"(?:{_REGISTRY}/)?{_PATH_PART}(?:/{_PATH_PART})*(?::\w[\w.-]{{0,127}})?"
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?",
+    re.ASCII,
+)
+
+
+def is_image_reference(image: str) -> bool:
+    """Whether ``image`` names a container image (an engine could pull it) or ``rootfs:PATH``."""
+    if image.startswith("rootfs:"):
+        return len(image) > len("rootfs:") and not any(character.isspace() for character in image)
+    return _IMAGE.fullmatch(image) is not None
+
+
 @dataclass(frozen=True)
 class HostingPolicy:
     """The ``[hosting]`` table: limits of a competition hosted on a farm (``arbiter submit``).
@@ -79,7 +97,7 @@ class HostingPolicy:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ConfigError(f"[hosting] {name} must be a whole number >= {least}, got {value!r}")
-        if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
+        if self.image is not None and not (isinstance(self.image, str) and is_image_reference(self.image)):
             raise ConfigError(f"[hosting] image must be an image name such as docker.io/me/agent:1, got {self.image!r}")
         self.memory_bytes  # noqa: B018 - validated now, not when a worker first needs it
         self.redis_memory_bytes  # noqa: B018

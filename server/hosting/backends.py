@@ -41,6 +41,10 @@ class Evaluated:
 
 class Backend(Protocol):
     name: str
+    # Whether an attempt leaves its agent running on the worker's machine when its work-horse is
+    # killed outright by something else than the worker (a container: the worker then removes it).
+    # A Kubernetes Job is left to the next attempt, which follows it.
+    agent_outlives_horse: bool
 
     def check(self) -> None:
         """Raise ConfigError when this machine cannot run agents so (called as the worker starts)."""
@@ -140,6 +144,7 @@ class LocalBackend:
     loopback address free on that port (another worker's agent holds it), named in ``$redis_ip``."""
 
     name = "local"
+    agent_outlives_horse = False  # a process group of the horse: the kernel ends it with the horse
 
     def check(self) -> None:
         pass

@@ -179,7 +179,8 @@ def container_name(submission: Submission) -> str:
 
 
 def agent_image(spec: CompetitionSpec, submission: Submission, engine: str) -> str:
-    """The submission's image, else the competition's; none is the agent's fault, said at once."""
+    """The submission's image, else the competition's; none is the agent's fault, said at once.
+    The competition's image is the organiser's: one this engine cannot run is the farm's fault."""
     image = submission.image or spec.hosting.image
     if not image:
         raise ConfigError(
@@ -187,7 +188,8 @@ def agent_image(spec: CompetitionSpec, submission: Submission, engine: str) -> s
             "submission (arbiter submit --image IMAGE) nor the competition ([hosting] image) names an image"
         )
     if image.startswith(ROOTFS_PREFIX) and engine != "podman":
-        raise ConfigError(f"cannot start the agent: image {image!r} (the machine's own files) needs the podman backend")
+        problem = f"image {image!r} (the machine's own files) needs the podman backend"
+        raise ConfigError(f"cannot start the agent: {problem}" if submission.image else f"[hosting] {problem}")
     return image
 
 
@@ -222,8 +224,9 @@ def remove_containers(prefix: list[str], submission_id: str) -> list[str]:
     return found
 
 
-def ensure_image(prefix: list[str], engine: str, image: str) -> None:
-    """Pull ``image`` unless this machine has it; an image that cannot be had is the agent's fault."""
+def ensure_image(prefix: list[str], engine: str, image: str, *, submitted: bool = True) -> None:
+    """Pull ``image`` unless this machine has it; an image that cannot be had is the agent's fault
+    when the submission named it (``submitted``), the farm's when it is the competition's."""
     if image.startswith(ROOTFS_PREFIX):
         return
     present = _engine_call(prefix, *(("image", "exists", image) if engine == "podman" else ("image", "inspect", image)))
@@ -235,7 +238,8 @@ def ensure_image(prefix: list[str], engine: str, image: str) -> None:
         raise RuntimeError(f"cannot run {prefix[0]}: {exc}") from None
     if pulled.returncode != 0:
         reason = (pulled.stderr.strip().splitlines() or ["no reason given"])[-1]
-        raise ConfigError(f"cannot start the agent: its image {image!r} cannot be pulled: {reason}")
+        problem = f"image {image!r} cannot be pulled: {reason}"
+        raise ConfigError(f"cannot start the agent: its {problem}" if submitted else f"[hosting] {problem}")
 
 
 class ContainerAgent(AgentProcess):
@@ -305,6 +309,8 @@ class ContainerAgent(AgentProcess):
 class ContainerBackend:
     """Agents in podman or docker containers on the worker's machine."""
 
+    agent_outlives_horse = True  # the engine runs the container, not the horse
+
     def __init__(self, engine: str, *, runtime: str | None = None, options: list[str] | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"unknown container engine {engine!r}; known: {', '.join(ENGINES)}")
@@ -337,7 +343,7 @@ class ContainerBackend:
     def evaluate(self, spec: CompetitionSpec, submission: Submission, *, results_dir: str, resume: bool) -> Evaluated:
         image = agent_image(spec, submission, self.engine)
         remove_containers(self.prefix, submission.id)
-        ensure_image(self.prefix, self.engine, image)
+        ensure_image(self.prefix, self.engine, image, submitted=bool(submission.image))
         attempt = prepare_attempt(spec, results_dir, resume)
         rootfs = image.startswith(ROOTFS_PREFIX)
         with private_redis(attempt, submission) as private:

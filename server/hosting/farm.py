@@ -11,7 +11,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.core.competition import CompetitionSpec, load_competition
+from arbiter.server.core.competition import CompetitionSpec, is_image_reference, load_competition
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission, job_timeout_s
 from arbiter.server.hosting.quotas import check_quota
 from arbiter.server.hosting.submissions import (
@@ -63,7 +63,7 @@ def submit(
         if not os.path.isdir(workdir):
             raise ConfigError(f"--workdir {workdir!r} is not a folder")
         workdir = os.path.abspath(workdir)
-    if image is not None and (not image or image.startswith("-") or any(character.isspace() for character in image)):
+    if image is not None and not is_image_reference(image):
         raise ConfigError(f"--image {image!r} is not an image name (such as registry.example.org/team/agent:v3)")
     for assignment in sets or []:
         table = assignment.partition("=")[0].strip().split(".", 1)[0]

@@ -312,6 +312,7 @@ class KubernetesBackend:
     """Agents in Jobs on a Kubernetes cluster (``arbiter worker --backend kubernetes``)."""
 
     name = "kubernetes"
+    agent_outlives_horse = False  # its Job runs on, and the next attempt follows it
 
     def __init__(self, options: KubernetesOptions, open_cluster: Callable[[], Cluster] | None = None):
         """``open_cluster``: how an evaluation reaches the cluster; by default the client that

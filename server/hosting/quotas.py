@@ -43,6 +43,10 @@ def check_quota(store: SubmissionStore, spec: CompetitionSpec, participant: str,
     limit = daily_limit(spec, debug)
     if limit is None:
         return
+    kind = "debug submissions" if debug else "submissions"
+    if limit == 0:  # closed to this kind: nothing was used, and no new day opens it
+        key = "debug_daily_submissions" if debug else "daily_submissions"
+        raise QuotaExceeded(f"{spec.name} takes no {kind} ([hosting] {key} = 0)")
     start, reset = day_bounds(now)
     used = sum(
         1
@@ -50,7 +54,6 @@ def check_quota(store: SubmissionStore, spec: CompetitionSpec, participant: str,
         if earlier.competition_name == spec.name and earlier.debug == debug and counts(earlier)
     )
     if used >= limit:
-        kind = "debug submissions" if debug else "submissions"
         resets = datetime.datetime.fromtimestamp(reset, tz=datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
         raise QuotaExceeded(
             f"{participant} has used today's {limit} {kind} to {spec.name}; the quota resets at {resets}"

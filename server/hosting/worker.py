@@ -84,9 +84,18 @@ class ArbiterWorker(Worker):
                 log.warning("the folders of killed work-horses' Redis servers were not looked for: %s", exc)
         return reaped
 
+    def handle_work_horse_killed(self, job: Any, retpid: Any, ret_val: Any, rusage: Any) -> None:
+        """RQ found the work-horse ended before its job did, killed by something else than this
+        worker (the kernel's out-of-memory killer, say): the kernel took the horse's processes,
+        not an agent's container, which goes here, before the job is retried, wherever the next
+        attempt runs (a Kubernetes Job is the next attempt's to follow)."""
+        super().handle_work_horse_killed(job, retpid, ret_val, rusage)
+        settings = current_settings()
+        if settings is not None and settings.backend.agent_outlives_horse:
+            self._abandon(job.id)
+
     def _abandon_current_job(self) -> None:
         """What the killed horse's attempt runs outside its processes (a container) goes too."""
-        settings = current_settings()
         try:
             submission_id = self.get_current_job_id()
         except redis.exceptions.RedisError as exc:
@@ -94,11 +103,17 @@ class ArbiterWorker(Worker):
                 "the killed work-horse's submission is unknown (%s): its agent is left to the next attempt", exc
             )
             return
-        if settings is not None and submission_id:
-            try:
-                settings.backend.abandon(submission_id)
-            except Exception:  # the horse is killed whatever: what is left goes with the next attempt
-                log.exception("what the attempt of %s runs outside its work-horse was not stopped", submission_id)
+        if submission_id:
+            self._abandon(submission_id)
+
+    def _abandon(self, submission_id: str) -> None:
+        settings = current_settings()
+        if settings is None:
+            return
+        try:
+            settings.backend.abandon(submission_id)
+        except Exception:  # the horse is gone whatever: what is left goes with the next attempt
+            log.exception("what the attempt of %s runs outside its work-horse was not stopped", submission_id)
 
     def get_heartbeat_ttl(self, job, working_time: float = 0.0) -> int:
         return HEARTBEAT_TTL_S

@@ -79,15 +79,18 @@ def build_board(
     phases = sorted({e.phase for e in entries if e.phase is not None})
     if phase is None and len(phases) > 1:
         raise ConfigError(f"the results of {spec.name} hold the phases {', '.join(phases)}: choose one with --phase")
-    if phase is None and phases:  # the one phase the results hold is the board's: it may be hidden
-        _refuse_hidden(spec, phases[0], reveal)
     if phase is not None:
         if entries and phase not in phases:
             held = f"the phases {', '.join(phases)}" if phases else "no phase"
             raise ConfigError(f"no results of phase {phase!r} for {spec.name}: its results hold {held}")
         other_phases = sum(1 for e in entries if e.phase != phase)
         entries = [e for e in entries if e.phase == phase]
-    names, left_out = _phase_columns(names, entries, phase)
+    elif phases:
+        # The one phase the results hold is the board's (it may be hidden), and its evaluations
+        # decide its columns; submissions of no phase are ranked beside them.
+        phase = phases[0]
+        _refuse_hidden(spec, phase, reveal)
+    names, left_out = _phase_columns(names, [e for e in entries if e.phase == phase], phase)
     for entry in entries:
         check_columns(entry, names)
     scored = [e for e in entries if e.problem is None]

@@ -24,12 +24,21 @@ from containers import (
 )
 from harness import in_forked_child, read_episodes, read_summary, wait_for
 from hosting_farm import REPO, Workers, competition_file, kill_tree, seeded_agent, wait_lines, wait_state
+from rq.suspension import resume, suspend
 
 from arbiter.server.core.competition import HostingPolicy
 from arbiter.server.hosting import job
 from arbiter.server.hosting.containers import ContainerBackend, ContainerSpec, run_arguments
 from arbiter.server.hosting.farm import submit
-from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, RUNNING, SubmissionStore
+from arbiter.server.hosting.quotas import QuotaExceeded
+from arbiter.server.hosting.submissions import (
+    AGENT_FAULT,
+    FAILED,
+    FINISHED,
+    INFRASTRUCTURE_FAULT,
+    RUNNING,
+    SubmissionStore,
+)
 
 CARTPOLE_AGENT = [sys.executable, "-m", "arbiter.client.reinforcelab", str(paths.EXAMPLES / "reinforcelab_cartpole")]
 TWO_PHASE = ["num_episodes=2", "seed=7"]  # a fixed seed: both backends play the same episodes
@@ -112,6 +121,46 @@ def test_a_submission_with_no_image_it_can_run_fails_as_the_agent_s_fault(
     found = SubmissionStore(redis_conn).get(submission.id)
     assert found.state == FAILED and found.fault == AGENT_FAULT
     assert found.cause.startswith("cannot start the agent") and re.search(message, found.cause)
+
+
+UNPULLABLE = "localhost:1/arbiter-no-such-agent:1"  # a registry that refuses every connection
+
+
+@pytest.mark.parametrize(
+    ("engine", "image", "hosting", "fault", "cause"),
+    [
+        ("podman", UNPULLABLE, "", AGENT_FAULT, f"cannot start the agent: its image '{UNPULLABLE}' cannot be pulled: "),
+        ("podman", None, f'image = "{UNPULLABLE}"', INFRASTRUCTURE_FAULT, f"[hosting] image '{UNPULLABLE}' cannot be "),
+        (
+            "docker",
+            None,
+            f'image = "{ROOTFS_IMAGE}"',
+            INFRASTRUCTURE_FAULT,
+            "[hosting] image 'rootfs:/' (the machine's",
+        ),
+    ],
+)
+def test_an_image_that_cannot_run_is_the_fault_of_whoever_named_it(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, podman_env, engine, image, hosting, fault, cause
+) -> None:
+    """A submission's own image that cannot be pulled uses up one of its participant's daily
+    submissions; the competition's ([hosting] image, the organiser's) fails it as the farm's
+    fault, which the participant's quota does not count."""
+    competition = competition_file(tmp_path, tiny_tests, hosting=f"daily_submissions = 1\n{hosting}")
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
+
+    def evaluate() -> str:
+        job.configure(job.WorkerSettings(redis_url, str(tmp_path / "results"), ContainerBackend(engine)))
+        return job.evaluate_submission(submission.id)
+
+    in_forked_child(evaluate)
+    found = SubmissionStore(redis_conn).get(submission.id)
+    assert found.state == FAILED and found.fault == fault and found.cause.startswith(cause), found.cause
+    if fault == AGENT_FAULT:
+        with pytest.raises(QuotaExceeded):
+            submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
+    else:
+        submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
 
 
 def burst(redis_url: str, results_root: Path, log: Path, *options: str) -> None:
@@ -203,6 +252,42 @@ def test_a_worker_stopped_at_once_takes_the_container_with_it(
             f"removed with the work-horse it belonged to; the worker said:\n{workers.log_of(worker)}"
         )
     finally:
+        workers.stop_all()
+        remove_containers_of([submission.id], podman_env)
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children", encoding="ascii") as handle:
+            found += [int(child) for child in handle.read().split()]
+    return found
+
+
+@pytest.mark.timeout(90)
+def test_a_work_horse_killed_outright_takes_its_container_with_it(
+    redis_conn: redis.Redis, redis_url, tiny_tests, tmp_path, podman_env
+) -> None:
+    """The kernel's out-of-memory killer ends a work-horse alone, its worker alive: the agent's
+    container is no process of the horse's, and its worker removes it before the submission is
+    retried, whose next attempt may run on another machine (here none runs: the queue is
+    suspended, as RQ suspends it)."""
+    competition = competition_file(tmp_path, tiny_tests)
+    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05),
+                        image=ROOTFS_IMAGE)  # fmt: skip
+    workers = Workers(redis_url, str(tmp_path / "results"))
+    try:
+        worker = workers.start(*worker_options(tmp_path))
+        store = SubmissionStore(redis_conn)
+        wait_state(store, submission.id, RUNNING, timeout_s=30)
+        wait_for(lambda: containers_of(submission.id, podman_env), what="the agent's container")
+        suspend(redis_conn)
+        (horse,) = children_of(worker.pid)
+        os.kill(horse, signal.SIGKILL)
+        wait_for(lambda: containers_of(submission.id, podman_env) == [], timeout_s=20, what="the container removed")
+        assert store.get(submission.id).attempts == 1 and worker.poll() is None
+    finally:
+        resume(redis_conn)
         workers.stop_all()
         remove_containers_of([submission.id], podman_env)
 

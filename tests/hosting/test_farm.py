@@ -12,7 +12,7 @@ from arbiter.server.core.competition import DEBUG_EPISODES, DEBUG_OVERALL_S
 from arbiter.server.hosting.farm import CANCELLED_BY_ORGANISER, cancel, submission_spec, submit
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, job_timeout_s
 from arbiter.server.hosting.quotas import QuotaExceeded
-from arbiter.server.hosting.submissions import CANCELLED, QUEUED, SubmissionStore, UnknownSubmission
+from arbiter.server.hosting.submissions import CANCELLED, QUEUED, Submission, SubmissionStore, UnknownSubmission
 
 
 def snapshot(conn: redis.Redis) -> dict[bytes, bytes]:
@@ -44,6 +44,10 @@ def test_a_submission_is_recorded_and_queued(redis_conn: redis.Redis, tiny_tests
         ({"sets": ["hosting.daily_submissions=100"]}, r"--set hosting.daily_submissions: a competition's \[hosting\]"),
         ({"sets": ["hosting.memory=64g"]}, "never from a submission"),
         ({"sets": [" leaderboard.ranking = borda"]}, r"--set leaderboard.ranking: a competition's \[leaderboard\]"),
+        # an image no engine could pull (capitals in its path, a doubled colon): refused before it
+        # takes a quota slot, as the agent's fault it would be on a worker
+        ({"image": "Team/Agent:v3"}, "--image 'Team/Agent:v3' is not an image name"),
+        ({"image": "team/agent::v3"}, "--image 'team/agent::v3' is not an image name"),
         # a debug submission is --debug's: its own quota, never ranked
         ({"sets": ["debug=true"]}, "--set debug: a debug submission is made with --debug"),
         # a training goal no agent can reach within its steps: refused before it takes a quota slot
@@ -111,3 +115,20 @@ def test_a_phase_is_the_competition_s_phase_key(redis_conn) -> None:
     assert submission_spec(submission).options.phase == 2
     with pytest.raises(ConfigError, match="phase"):
         submit(redis_conn, competition="flatland-debug", participant="alice", agent=seeded_agent(), phase=2)
+
+
+@pytest.mark.parametrize(
+    "image", ["team/agent:v3", "localhost:5000/team/agent", "rootfs:/", "alpine@sha256:" + "a" * 64]
+)
+def test_an_image_name_podman_reads_is_taken(redis_conn, tiny_tests, tmp_path, image) -> None:
+    competition = competition_file(tmp_path, tiny_tests)
+    assert (
+        submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image).image
+        == image
+    )
+
+
+def test_the_competition_s_image_is_checked_when_its_file_is_loaded(tiny_tests, tmp_path) -> None:
+    competition = competition_file(tmp_path, tiny_tests, hosting='image = "Registry.example.org/Agent:1"')
+    with pytest.raises(ConfigError, match=r"\[hosting\] image must be an image name"):
+        submission_spec(Submission(id="sub-1", competition=competition, participant="alice", agent=["a"]))

@@ -99,3 +99,14 @@ def test_day_bounds_are_utc_days() -> None:
     assert end - start == 86400
     assert datetime.datetime.fromtimestamp(start, tz=datetime.UTC).hour == 0
     assert start <= NOON < end
+
+
+def test_a_limit_of_zero_says_the_competition_takes_none(redis_conn: redis.Redis) -> None:
+    """A participant who made no submission is not told they used up today's 0, nor that a new
+    day will open a kind of submission the competition takes none of."""
+    store = SubmissionStore(redis_conn)
+    spec = spec_with("daily_submissions=3", "debug_daily_submissions=0")
+    with pytest.raises(QuotaExceeded) as refused:
+        check_quota(store, spec, "zoe", debug=True, now=NOON)
+    assert str(refused.value) == "flatland-debug takes no debug submissions ([hosting] debug_daily_submissions = 0)"
+    check_quota(store, spec, "zoe", debug=False, now=NOON)

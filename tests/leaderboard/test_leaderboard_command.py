@@ -155,6 +155,24 @@ def test_a_phase_board_ranks_by_the_columns_that_phase_computes(tmp_path, capsys
     assert "no results of phase '3' for cup: its results hold the phases 1, 2" in capsys.readouterr().err
 
 
+def test_results_of_one_phase_make_it_the_board_s_when_none_is_named(tmp_path, capsys):
+    """A competition whose submissions were all made to phase 1 (arbiter submit --phase 1) ranks
+    them by phase1 without --phase, as that phase's board; a submission of no phase (both phases
+    evaluated) is ranked beside them, and no phase-1 evaluation is left out for lacking convergence."""
+    results = tmp_path / "results"
+    write_folder(results, "cup", "sub-a", "alice", {"phase1": 400.0}, minutes=1, phase="1")
+    write_folder(results, "cup", "sub-b", "bob", {"phase1": 450.0}, minutes=2, phase="1")
+    write_folder(results, "cup", "sub-c", "carol", {"phase1": 420.0, "convergence": 900.0}, minutes=3)
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    argv = ["leaderboard", "--results-root", str(results), "--competition", str(cup)]
+    assert main([*argv, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert [(r["rank"], r["participant"]) for r in board["rows"]] == [(1, "bob"), (2, "carol"), (3, "alice")]
+    assert [c["name"] for c in board["columns"]] == ["phase1"] and board["columns_left_out"] == ["convergence"]
+    assert board["phase"] == "1" and board["unranked"] == []
+    assert (results / "leaderboards" / "cup-1" / "leaderboard.json").is_file()
+
+
 def test_diff_compares_boards_of_one_competition_and_phase_and_json_stays_json(tmp_path, capsys):
     results = tmp_path / "results"
     board_folders(results)
