@@ -251,6 +251,11 @@ def load_competition(
         raise ConfigError(f"cannot read {path}: {exc}") from None
     # A shipped preset's seed is public; the organiser's own file or a --set chooses one.
     seed_fixed = "seed" in data and not _is_shipped_preset(path)
+    tests = data.get("tests")
+    if isinstance(tests, str) and tests and not os.path.isabs(tests):
+        # Where the file is, not where a command runs: a worker started in another folder reads
+        # the same test data (a --set tests=... is a path given on the command line, left as is).
+        data["tests"] = os.path.join(os.path.dirname(os.path.abspath(path)), tests)
     if phase is not None:
         found = get_format(str(data.get("format", "")))
         fields = {f.name for f in dataclasses.fields(found.options)} if found.options is not None else set()

@@ -74,6 +74,22 @@ def test_an_unknown_key_is_told_with_every_key_the_file_may_hold(tmp_path):
             assert f"'{key}'" in allowed, (key, message)
 
 
+def test_a_relative_test_folder_is_the_competition_file_s_wherever_the_command_runs(tmp_path, monkeypatch):
+    """A worker started in another folder than the organiser's reads the same data; a --set
+    tests=... is a path of the command line, where it runs."""
+    folder = tmp_path / "competition"
+    folder.mkdir()
+    (folder / "mine.toml").write_text('tests = "data/flatland"\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert load_competition(str(folder / "mine.toml")).tests == str(folder / "data" / "flatland")
+    assert load_competition("../competition/mine.toml").tests == str(folder / "data" / "flatland")
+    assert load_competition(str(folder / "mine.toml"), ["tests=given"]).tests == "given"
+    (folder / "mine.toml").write_text('tests = "/srv/tests"\n')
+    assert load_competition(str(folder / "mine.toml")).tests == "/srv/tests"
+
+
 def test_an_unknown_format_is_told_how_a_format_joins(tmp_path):
     """A competition naming a format not installed (its package's entry point missing) says, in
     one message, what is known and how a format kept outside arbiter joins."""
