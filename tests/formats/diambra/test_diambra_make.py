@@ -5,19 +5,27 @@ its import) with wrappers plays an evaluation under ``arbiter run``."""
 
 from __future__ import annotations
 
+import bz2
 import json
 import os
+import pickle
 import subprocess
 import sys
 import textwrap
 
 import pytest
-from harness import read_episodes, read_summary, running_service
+from harness import finish, read_episodes, read_summary, running_service, wait_for
 
 pytest.importorskip("diambra.arena")
 
 import paths  # noqa: E402
-from diambra.arena import EnvironmentSettings, EnvironmentSettingsMultiAgent, Roles, SpaceTypes  # noqa: E402
+from diambra.arena import (  # noqa: E402
+    EnvironmentSettings,
+    EnvironmentSettingsMultiAgent,
+    RecordingSettings,
+    Roles,
+    SpaceTypes,
+)
 
 from arbiter.client.diambra import DiambraRemoteEnv, make  # noqa: E402
 from arbiter.protocol.errors import ConfigError, WrongFormat  # noqa: E402
@@ -106,6 +114,40 @@ def test_the_organisers_game_and_settings_win(redis_url, service_id, tmp_path):
             assert info["settings"].episode_settings.difficulty == 4  # the evaluator's, not the script's
         finally:
             env.close()
+
+
+def test_episode_recording_settings_record_the_episode_on_the_agents_side(redis_url, service_id, tmp_path):
+    """diambra-arena's EpisodeRecorder, as its make applies it, writes the episode the agent played."""
+    competition = load_competition("diambra", ["game=doapp", "frame_shape=[64, 64, 1]"])
+    dataset = tmp_path / "dataset"
+    results = str(tmp_path / "r")
+    with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
+        service,
+        outcome,
+    ):
+        recording = RecordingSettings(dataset_path=str(dataset), username="agent")
+        env = make("doapp", None, None, recording, redis_url=redis_url, service_id=service_id, reply_timeout_s=10)
+        _, info = env.reset()
+        settings = info["settings"]
+        while not env.step(env.action_space.sample())[2]:
+            pass
+        env.reset()
+        env.close()
+        service.agent_exited(0)
+        finish(outcome)
+    (record,) = read_episodes(results)
+
+    def recorded():
+        files = list(dataset.glob("*.diambra"))
+        try:
+            with bz2.BZ2File(files[0]) as handle:
+                return pickle.load(handle)  # the agent's own file, written by diambra-arena
+        except (IndexError, EOFError, OSError):
+            return None  # not written yet
+
+    saved = wait_for(recorded, timeout_s=5, what="the recorded episode")
+    assert saved["episode_summary"]["steps"] == record["steps"] == len(saved["data"])
+    assert saved["episode_summary"]["username"] == "agent" and saved["episode_summary"]["env_settings"] == settings
 
 
 def test_a_non_diambra_evaluation_refuses_the_diambra_env(redis_url, service_id, tmp_path):
