@@ -30,6 +30,6 @@ FORMAT = Format(
     options=DiambraSettings,
     report_sections=report_sections,
     presets_dir=os.path.join(os.path.dirname(__file__), "presets"),
-    clients="arbiter.client.RemoteEnv",
+    clients="arbiter.client.diambra.make or arbiter.client.RemoteEnv",
     secret_seed=True,
 )

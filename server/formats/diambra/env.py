@@ -34,6 +34,13 @@ from arbiter.server.formats.diambra.scoring import Bounds, choose_bounds
 from arbiter.server.formats.diambra.settings import DiambraSettings
 
 GAME_STATES = ("round_done", "stage_done", "game_done", "episode_done")
+# diambra-arena's EnvironmentSettings fields an agent's side is told (arena_description): what is
+# played and how it is seen, never the seed, the engine's address or the agent's display.
+ARENA_SETTINGS = (
+    "game_id", "frame_shape", "step_ratio", "n_players", "action_space", "difficulty", "continue_game",
+    "show_final", "tower", "role", "characters", "outfits", "super_art", "fighting_style", "ultimate_style",
+    "speed_mode",
+)  # fmt: skip
 _SEED_LIMIT = 2**31  # the engine's seed field is an int32; diambra-arena wants it >= 0
 
 
@@ -175,6 +182,23 @@ class DiambraEnv(gymnasium.Env):
         settings.get("episode_settings", {}).pop("random_seed", None)
         return settings
 
+    def arena_description(self) -> dict[str, Any]:
+        """What diambra-arena's env knows about itself before any episode, as plain data for the
+        agent's side (``arbiter.client.diambra``), which rebuilds from it the attributes DIAMBRA's
+        wrappers read: ``env_info`` (the engine's answer at connection: actions, RAM states,
+        characters, reward bounds; its protobuf by field name) and ``env_settings`` (the fields of
+        diambra-arena's ``EnvironmentSettings`` that say what is played, enums by name; no seed,
+        no engine address)."""
+        from diambra.arena import Roles, SpaceTypes
+        from google.protobuf.json_format import MessageToDict
+
+        arena = self._env.env_settings
+        fields: dict[str, Any] = {key: _plain(getattr(arena, key)) for key in ARENA_SETTINGS}
+        fields["action_space"] = SpaceTypes.Name(arena.action_space)
+        fields["role"] = None if arena.role is None else Roles.Name(arena.role)
+        env_info = MessageToDict(self._env.env_info, preserving_proto_field_name=True)
+        return {"env_info": env_info, "env_settings": fields}
+
     # -- helpers ---------------------------------------------------------------------------------
 
     def _info(self, raw: dict[str, Any], *, invalid: bool) -> dict[str, Any]:
@@ -202,6 +226,13 @@ class DiambraEnv(gymnasium.Env):
             else:
                 drawn[key] = int(getattr(player, key))
         return drawn
+
+
+def _plain(value: Any) -> Any:
+    """A settings value as plain data: tuples as lists (nested too), numbers and strings as they are."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(member) for member in value]
+    return value
 
 
 def _fit(space: Any, value: Any) -> Any:

@@ -210,7 +210,7 @@ class DiambraPlan(GymPlan):
 
     def handshake(self) -> dict[str, Any]:
         """The spaces, and what the agent plays: game, difficulty and level, the settings, the
-        episodes, the reward bounds, and the engine."""
+        episodes, the reward bounds, the engine, and diambra-arena's own description of its env."""
         described = self.env.describe()
         return {
             **super().handshake(),
@@ -224,6 +224,9 @@ class DiambraPlan(GymPlan):
             "bounds": [self.bounds.low, self.bounds.high],
             "bounds_source": self.bounds.source,
             "settings": self.settings.as_record(),
+            # diambra-arena's env_info and env_settings, as plain data: arbiter.client.diambra's
+            # env has the attributes DIAMBRA's wrappers read from them
+            "diambra": self.env.arena_description(),
         }
 
     def submit_fields(self, records: list[dict[str, Any]]) -> dict[str, Any]:
