@@ -271,6 +271,13 @@ class Rule(ABC):
         phase); by default none."""
         return {}
 
+    def unscored_column(self, name: str) -> tuple[str, str, str]:
+        """How a board titles, directs and formats the figure ``name`` while no evaluation on it
+        has one (an empty board's column): title, ``"higher"`` or ``"lower"``, format spec. By
+        default its name, in the rule's direction; a rule with figures of both directions says
+        each."""
+        return name, "higher" if self.higher_is_better else "lower", ".4f"
+
 
 @dataclass(frozen=True)
 class Format:

@@ -98,7 +98,7 @@ def build_board(
     for entry in scored:
         entry.problem = _described_otherwise(entry, described)
     scored = [e for e in scored if e.problem is None]
-    columns = _columns(names, scored, described)
+    columns = _columns(names, scored, described, scoring_rule(spec.format, rule_name, spec.options))
     per = settings.per
     groups = sorted({_group(e, per) for e in scored}, key=str) if per else [None]
     rows: list[dict[str, Any]] = []
@@ -210,15 +210,18 @@ def _described_otherwise(entry: Entry, described: dict[str, Description]) -> str
     return None
 
 
-def _columns(names: tuple[str, ...], scored: list[Entry], described: dict[str, Description]) -> list[BoardColumn]:
-    """The board's columns, titled and directed as the rule says (else as the first figure says)."""
+def _columns(
+    names: tuple[str, ...], scored: list[Entry], described: dict[str, Description], rule: Any
+) -> list[BoardColumn]:
+    """The board's columns, titled and directed as the rule says (else as the first figure says;
+    with no figure yet, as the rule says of the column alone)."""
     columns = []
     for name in names:
         figure = next((e.figures[name] for e in scored if name in e.figures), None)
         if name in described:
             columns.append(BoardColumn(name, *described[name]))
         elif figure is None:
-            columns.append(BoardColumn(name, name, "higher"))
+            columns.append(BoardColumn(name, *rule.unscored_column(name)))
         else:
             columns.append(BoardColumn(name, figure["title"], figure["direction"], figure["spec"]))
     return columns

@@ -173,6 +173,25 @@ def test_results_of_one_phase_make_it_the_board_s_when_none_is_named(tmp_path, c
     assert (results / "leaderboards" / "cup-1" / "leaderboard.json").is_file()
 
 
+def test_a_board_with_nothing_ranked_yet_directs_its_columns_as_the_rule_does(tmp_path, capsys):
+    """No figure to read a column's direction from (every submission failed): the rule says it,
+    so the convergence step is lower-is-better before anyone converged, as after."""
+    results = tmp_path / "results"
+    write_folder(results, "cup", "sub-y", "yvonne", {}, minutes=1, state="INTERRUPTED")
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert board["rows"] == []
+    assert [(c["name"], c["title"], c["direction"]) for c in board["columns"]] == [
+        ("phase1", "phase 1 mean return", "higher"), ("convergence", "mean convergence step", "lower")
+    ]  # fmt: skip
+    board_folders(results)
+    assert main(["leaderboard", "--results-root", str(results), "--competition", str(cup), "--json"]) == 0
+    ranked = json.loads(capsys.readouterr().out)
+    directions = [(c["name"], c["direction"]) for c in board["columns"]]
+    assert ranked["rows"] and [(c["name"], c["direction"]) for c in ranked["columns"]] == directions
+
+
 def test_diff_compares_boards_of_one_competition_and_phase_and_json_stays_json(tmp_path, capsys):
     results = tmp_path / "results"
     board_folders(results)

@@ -145,6 +145,12 @@ class TwoPhaseRule(Rule):
             },
         }
 
+    def unscored_column(self, name: str) -> tuple[str, str, str]:
+        if name not in FIGURES:
+            return super().unscored_column(name)
+        title, higher_is_better = FIGURES[name]
+        return title, "higher" if higher_is_better else "lower", FIGURE_SPECS[name]
+
     def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
         spreads = score.get("spread") or {}
         return [
