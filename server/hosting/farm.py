@@ -3,6 +3,8 @@ submission (an unknown competition, a missing folder, a used-up quota) leaves Re
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import time
 
@@ -11,7 +13,7 @@ from rq.exceptions import NoSuchJobError
 from rq.job import Job
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.core.competition import CompetitionSpec, is_image_reference, load_competition
+from arbiter.server.core.competition import CompetitionSpec, is_image_reference, load_competition, preset_paths
 from arbiter.server.hosting.queue import SERIALIZER, arbiter_queue, enqueue_submission, job_timeout_s
 from arbiter.server.hosting.quotas import check_quota
 from arbiter.server.hosting.submissions import (
@@ -29,10 +31,36 @@ from arbiter.server.hosting.submissions import (
 QUOTA_LOCK_TIMEOUT_S = 10.0
 QUOTA_LOCK_PREFIX = "arbiter:hosting:quota-lock"
 CANCELLED_BY_ORGANISER = "cancelled by the organiser"
+# The competition file each competition name stands for on this farm: a competition is named
+# after its file, and its results folder, quotas and boards go by that name.
+COMPETITIONS_KEY = "arbiter:hosting:competitions"
 
 
 # Tables a submission's --set may not change: they bound the submission itself.
 ORGANISER_TABLES = ("hosting", "leaderboard")
+
+
+def competition_source(competition: str) -> dict[str, str]:
+    """Which file a submission's competition is (its path, or a preset's name) and what it holds."""
+    path = competition if os.path.isfile(competition) else preset_paths()[competition]
+    with open(path, "rb") as handle:
+        return {"file": competition, "sha256": hashlib.sha256(handle.read()).hexdigest()}
+
+
+def check_one_file_per_name(conn: redis.Redis, name: str, source: dict[str, str]) -> None:
+    """Two different competition files of one name would share its results folder, quotas and
+    board: refused. The same file edited in place, or moved (the same text elsewhere), is the
+    same competition."""
+    known = conn.hget(COMPETITIONS_KEY, name)
+    if known is None:
+        return
+    earlier = json.loads(known)
+    if source["file"] != earlier.get("file") and source["sha256"] != earlier.get("sha256"):
+        raise ConfigError(
+            f"competition {name!r} on this farm is {earlier.get('file')}; {source['file']} is another file of "
+            "the same name, whose submissions would share its results folder, quotas and leaderboard: a "
+            "competition is named after its file, so name this one otherwise"
+        )
 
 
 def submission_spec(submission: Submission) -> CompetitionSpec:
@@ -93,6 +121,8 @@ def submit(
     spec = submission_spec(submission)  # an unknown competition or a bad --set stops here
     submission.competition_name = spec.name
     submission.timeout_s = job_timeout_s(spec)
+    source = competition_source(competition)
+    check_one_file_per_name(conn, spec.name, source)
     store = SubmissionStore(conn)
     with conn.lock(f"{QUOTA_LOCK_PREFIX}:{participant}", timeout=QUOTA_LOCK_TIMEOUT_S):
         submission.submitted_at = time.time()
@@ -101,6 +131,7 @@ def submit(
             # RQ opens the transaction (MULTI) itself, so its job goes into the pipeline first.
             enqueue_submission(arbiter_queue(conn), submission.id, submission.timeout_s, pipeline=pipe)
             store.add(submission, pipeline=pipe)
+            pipe.hset(COMPETITIONS_KEY, spec.name, json.dumps(source))  # edited or moved: its file now
             pipe.execute()
     return submission
 

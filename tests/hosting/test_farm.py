@@ -71,6 +71,30 @@ def test_bad_input_is_refused_and_changes_nothing(redis_conn, tiny_tests, tmp_pa
     assert snapshot(redis_conn) == before
 
 
+def test_another_competition_file_of_a_known_name_is_refused_and_changes_nothing(
+    redis_conn, tiny_tests, tmp_path
+) -> None:
+    """round-1/cup.toml and round-2/cup.toml would share results/cup, its quotas and its board."""
+    first, second = tmp_path / "round-1", tmp_path / "round-2"
+    first.mkdir()
+    second.mkdir()
+    cup = competition_file(first, tiny_tests, name="cup")
+    submit(redis_conn, competition=cup, participant="alice", agent=seeded_agent())
+    other = competition_file(second, tiny_tests, name="cup", overall_s=120)
+    before = snapshot(redis_conn)
+    with pytest.raises(ConfigError, match=rf"competition 'cup' on this farm is {cup}; {other} is another file"):
+        submit(redis_conn, competition=other, participant="alice", agent=seeded_agent())
+    assert snapshot(redis_conn) == before
+    # The same file edited in place, or moved elsewhere whole, is still the competition.
+    competition_file(first, tiny_tests, name="cup", overall_s=90)
+    submit(redis_conn, competition=cup, participant="bob", agent=seeded_agent())
+    (first / "cup.toml").rename(second / "cup.toml")
+    assert submit(redis_conn, competition=other, participant="carol", agent=seeded_agent()).competition_name == "cup"
+    with pytest.raises(ConfigError, match="another file of the same name"):  # the moved file is cup's now
+        submit(redis_conn, competition=competition_file(first, tiny_tests, name="cup"), participant="dan",
+               agent=seeded_agent())  # fmt: skip
+
+
 def test_a_used_up_quota_is_refused_and_changes_nothing(redis_conn, tiny_tests, tmp_path) -> None:
     competition = competition_file(tmp_path, tiny_tests, hosting="daily_submissions = 1")
     submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent())
