@@ -126,6 +126,7 @@ class AgentProcess:
         self.command = command
         self.env = env
         self.cwd = cwd  # the folder it starts in (None: this process's)
+        self.output: Any = None  # where its stdout and stderr go (hosting/agent_log.py); None: ours
         self.process: subprocess.Popen | None = None
         self.interrupted_at: float | None = None  # monotonic time of the first stop signal
         self._interrupts = 0
@@ -138,9 +139,12 @@ class AgentProcess:
         # with SIGKILL included (by the kernel's out-of-memory killer, say): no agent left behind
         # retrying a Redis that is gone, or holding a port the next attempt wants.
         launcher = death_signal_wrapper() if sys.platform.startswith("linux") else []
+        out, err = (subprocess.PIPE, subprocess.STDOUT) if self.output is not None else (None, None)
         self.process = subprocess.Popen(
-            [*launcher, *self.command], env=self.env, stdin=stdin, process_group=0, cwd=self.cwd
+            [*launcher, *self.command], env=self.env, stdin=stdin, process_group=0, cwd=self.cwd, stdout=out, stderr=err
         )
+        if self.output is not None:
+            self.output.follow(self.process.stdout)
         if self._interrupts:  # a stop signal came while the agent was being started
             self._signal_group(signal.SIGTERM if self._interrupts == 1 else signal.SIGKILL)
 
@@ -187,6 +191,8 @@ class AgentProcess:
         if self.process is not None:
             self._signal_group(signal.SIGKILL)
             self.process.wait()
+            if self.output is not None:
+                self.output.close()
 
     def ended_how(self, status: int) -> str | None:
         """How the agent ended, in the evaluation's words, when its exit status alone does not
@@ -376,7 +382,8 @@ def _watch_agent(agent: AgentProcess, service: EvaluatorService) -> None:
     """Tell the evaluation when the agent exits, and how."""
     assert agent.process is not None
     status = agent.process.wait()
-    service.agent_exited(status, agent.ended_how(status))
+    how = agent.ended_how(status)
+    service.agent_exited(status, how, agent.output.note(status, how) if agent.output else None)
 
 
 def _watch_stop_check(check: Callable[[], str | None], service: EvaluatorService, agent: AgentProcess) -> None:

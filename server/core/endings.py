@@ -126,16 +126,19 @@ class Endings:
 
     # -- endings ----------------------------------------------------------------------------
 
-    def agent_exited(self, status: int | None, now: float, how: str | None = None) -> None:
-        """``how``: how the agent ended, when its status does not say it (summary.py's words)."""
+    def agent_exited(self, status: int | None, now: float, how: str | None = None, note: str | None = None) -> None:
+        """``how``: how the agent ended, when its status does not say it (summary.py's words);
+        ``note``: added at the cause's end (where the agent's output is: never the output itself)."""
         evaluation = self.evaluation
         if evaluation.finished:
             return
+        after = f"; {note}" if note else ""
         if evaluation.wait is Wait.SUBMIT:
             evaluated = self.all_handed_out()
-            self.finish(State.SUCCESS, f"{evaluated}; {how or 'the agent exited'} without ENV_SUBMIT", now)
+            self.finish(State.SUCCESS, f"{evaluated}; {how or 'the agent exited'} without ENV_SUBMIT{after}", now)
         else:
-            self._end_early(f"{how or f'the agent process exited with status {status}'} before submitting", now)
+            cause = f"{how or f'the agent process exited with status {status}'} before submitting"
+            self._end_early(cause, now, after)
 
     def fail_for_misbehaviour(self, cause: str, now: float) -> None:
         """The agent attacked the evaluation (a flood): no score; finished episodes stay written."""
@@ -196,10 +199,11 @@ class Endings:
             now,
         )
 
-    def _end_early(self, cause: str, now: float) -> None:
+    def _end_early(self, cause: str, now: float, after: str = "") -> None:
+        """``after``: what the cause ends with, after what the ending leaves."""
         evaluation = self.evaluation
         if evaluation.current is None and not evaluation.records:
-            self.finish(State.FAILED, f"{cause}; no episode was played", now)
+            self.finish(State.FAILED, f"{cause}; no episode was played{after}", now)
             return
         if evaluation.current is not None:
             evaluation.recording.record_current(now, finished=False, abandoned=True)
@@ -208,7 +212,7 @@ class Endings:
             evaluation.recording.write_item(item, evaluation.plan.unplayed(item), now, played=False)
         evaluation.next_index = evaluation.total
         suffix = f"; {self.items_said(skipped)} not played count as unfinished" if skipped else ""
-        self.finish(State.SUCCESS, cause + suffix, now)
+        self.finish(State.SUCCESS, cause + suffix + after, now)
 
     def _count_timeout(self, now: float) -> None:
         evaluation = self.evaluation

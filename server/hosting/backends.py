@@ -23,6 +23,7 @@ from arbiter.server.cli.progress import Progress
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.seeds import persisted_seed
 from arbiter.server.formats import get_format
+from arbiter.server.hosting.agent_log import AgentLog
 from arbiter.server.hosting.private_redis import PrivateRedis
 from arbiter.server.hosting.submissions import Submission
 
@@ -102,9 +103,11 @@ def run_attempt(
     attempt: Attempt, submission: Submission, private: PrivateRedis, agent: AgentProcess, resume: bool
 ) -> RunOutcome:
     """The evaluation of one attempt, on its private Redis, with ``agent`` started the backend's
-    way (a local process, a container); stopped at once if the agent fills that Redis."""
+    way (a local process, a container); stopped at once if the agent fills that Redis. What
+    the agent prints goes to the results folder's agent.log (agent_log.py)."""
     from arbiter.server.cli.runner import run_local
 
+    agent.output = AgentLog(attempt.results_dir, submission.attempts)
     return run_local(
         attempt.spec,
         agent_command=list(submission.agent),

@@ -108,8 +108,8 @@ def run_arguments(spec: ContainerSpec, runtime: str | None = None) -> list[str]:
         "--memory", memory,
         "--memory-swap", memory,  # the same: no swap beyond the memory
         "--pids-limit", str(hosting.pids),
-        # The agent's output goes to the worker's log through the attached run; the engine keeps
-        # no copy of it (a chatty agent would fill the engine's storage).
+        # The agent's output goes to agent.log through the attached run (agent_log.py); the engine
+        # keeps no copy of it (a chatty agent would fill the engine's storage).
         "--log-driver", "none",
         "--pull", "never",  # pulled before the evaluation started (``ensure_image``)
         "--env", f"HOME={SCRATCH}",
@@ -277,8 +277,8 @@ class ContainerAgent(AgentProcess):
         if status == ENGINE_FAILED:
             # The farm's fault (job.py reads "internal error" so): no agent ran.
             return (
-                f"internal error: {self.prefix[0]} could not run the agent's container (exit status {status}; "
-                "the worker's log has its message)"
+                f"internal error: {self.prefix[0]} could not run the agent's container (exit status {status}: "
+                "its message is in agent.log)"
             )
         try:
             inspected = _engine_call(self.prefix, "inspect", "--format", "{{.State.OOMKilled}}", self.name)

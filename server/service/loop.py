@@ -92,6 +92,7 @@ class EvaluatorService:
         self.ended_at: float | None = None  # monotonic: when run() returned
         self._agent_status: int | None = None
         self._agent_ended_how: str | None = None
+        self._agent_note: str | None = None
         self.clock = time.monotonic
         self.frames = FrameSharing()  # large observation arrays through shared memory, for a local client
         self.claim: ServiceClaim | None = None  # this evaluator's hold on its service id (build_service)
@@ -129,11 +130,13 @@ class EvaluatorService:
     def stop_requested(self) -> bool:
         return self.transport.stop_requested
 
-    def agent_exited(self, status: int, how: str | None = None) -> None:
+    def agent_exited(self, status: int, how: str | None = None, note: str | None = None) -> None:
         """The local agent process ended (``arbiter run``): finish once its requests are handled.
-        ``how``: how it ended, when its status does not say it (killed at its memory limit)."""
+        ``how``: how it ended, when its status does not say it (killed at its memory limit);
+        ``note``: what the cause adds after it (where a hosted agent's output is)."""
         self._agent_status = status
         self._agent_ended_how = how
+        self._agent_note = note
         self._agent_gone.set()
 
     def close(self) -> None:
@@ -224,7 +227,9 @@ class EvaluatorService:
             # Requests the agent sent before exiting still count; then the evaluation ends.
             raw = self.transport.pop_nowait()
             if raw is None:
-                evaluation.endings.agent_exited(self._agent_status, time.monotonic(), self._agent_ended_how)
+                evaluation.endings.agent_exited(
+                    self._agent_status, time.monotonic(), self._agent_ended_how, self._agent_note
+                )
                 return False
         now = time.monotonic()
         if raw is None or now >= wait_until:

@@ -92,7 +92,9 @@ def test_an_agent_reaches_its_own_redis_alone_and_dies_at_its_memory_limit(
     assert played.state == FINISHED, f"{played.cause}\n{output[-3000:]}"
     summary = read_summary(played.results)
     assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 3, summary["termination_cause"]
-    (line,) = [line for line in output.splitlines() if line.startswith("PROBE ")]
+    printed = Path(played.results, "agent.log").read_text(encoding="utf-8")  # the agent's output, not the worker's
+    assert "PROBE " not in output
+    (line,) = [line for line in printed.splitlines() if line.startswith("PROBE ")]
     seen = json.loads(line[len("PROBE ") :])
     assert seen["uid"] == 10001
     assert seen["redis_url"] == "/run/arbiter/redis.sock?db=0"
