@@ -121,8 +121,8 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from arbiter.server.cli.runner import name_submission
     from arbiter.server.service.build import run_to_end, start_service
+    from arbiter.server.service.submission_naming import name_submission
 
     keep_freed_memory()
     spec = resolve_spec(args)

@@ -160,8 +160,7 @@ class Plan(ABC):
 
     @property
     def item_nouns(self) -> tuple[str, str]:
-        """What this plan's items are called (singular, plural): its format's ``item_nouns``,
-        unless the plan holds one kind of them only."""
+        """What its items are called: its format's ``item_nouns``, unless it holds one kind only."""
         from arbiter.server.formats import get_format  # the registry imports this module
 
         return get_format(self.spec.format).item_nouns
@@ -272,10 +271,8 @@ class Rule(ABC):
         return {}
 
     def unscored_column(self, name: str) -> tuple[str, str, str]:
-        """How a board titles, directs and formats the figure ``name`` while no evaluation on it
-        has one (an empty board's column): title, ``"higher"`` or ``"lower"``, format spec. By
-        default its name, in the rule's direction; a rule with figures of both directions says
-        each."""
+        """Title, direction and format spec of the column ``name`` on a board with no figure of it
+        yet; by default its name, in the rule's direction."""
         return name, "higher" if self.higher_is_better else "lower", ".4f"
 
 

@@ -27,10 +27,10 @@ from fake_envs import counting_competition
 from harness import finish, read_events, read_summary, remote_episode, running_service
 
 from arbiter.client.remote_env import RemoteEnv
-from arbiter.server.cli.runner import name_submission
 from arbiter.server.core.scoring import scoring_rule, spread
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.flatland.rules import Flatland3, NeurIPS2020
+from arbiter.server.service.submission_naming import name_submission
 
 REPO = str(paths.REPO)
 ARBITER = [sys.executable, "-m", "arbiter.server.cli"]

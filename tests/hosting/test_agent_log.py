@@ -127,13 +127,17 @@ def test_an_agent_printing_far_past_the_cap_leaves_a_capped_log_and_scores_as_ot
     header, rest = raw.split(b"\n", 1)
     assert HEADER.match(header.decode())
     head_bytes = AGENT_LOG_CAP_BYTES - AGENT_LOG_TAIL_BYTES
-    assert rest[:head_bytes] == b"x" * head_bytes
+    # The local backend's socket bridge may say first that another program holds 127.0.0.1:6379.
+    before = rest[: rest.index(b"x")]
+    assert all(line.startswith(b"arbiter socket bridge: ") for line in before.splitlines()), before
+    assert rest[:head_bytes] == before + b"x" * (head_bytes - len(before))
     cut = re.search(rb"\n=== arbiter: output cut here, (\d+) bytes dropped ===\n", rest)
     assert cut is not None and cut.start() == head_bytes
     tail = rest[cut.end() :]
     assert len(tail) == AGENT_LOG_TAIL_BYTES and tail.endswith(b"}\n")  # ends with the agent's submit reply
     reply = tail[tail.rindex(b"x") + 1 :]
-    assert int(cut.group(1)) == flood + len(reply) - AGENT_LOG_CAP_BYTES, "every byte kept or counted as dropped"
+    kept_or_dropped = len(before) + flood + len(reply) - AGENT_LOG_CAP_BYTES
+    assert int(cut.group(1)) == kept_or_dropped, "every byte kept or counted as dropped"
     assert len(raw) < AGENT_LOG_CAP_BYTES + 1024
 
 
