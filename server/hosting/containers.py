@@ -35,7 +35,6 @@ from dataclasses import dataclass, field
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.cli.runner import AgentProcess
 from arbiter.server.core.competition import CompetitionSpec, HostingPolicy
-from arbiter.server.core.summary import killed_at_memory_limit
 from arbiter.server.formats import get_format
 from arbiter.server.hosting.backends import (
     Evaluated,
@@ -45,6 +44,7 @@ from arbiter.server.hosting.backends import (
     private_redis,
     run_attempt,
 )
+from arbiter.server.hosting.container_endings import how_it_ended
 from arbiter.server.hosting.submissions import Submission
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,6 @@ SUBMISSION_LABEL = "arbiter.submission"
 ATTEMPT_LABEL = "arbiter.attempt"
 BRIDGE_LISTEN = "127.0.0.1:6379"  # where flatland's client looks: its own loopback
 IMAGE_PYTHON = "python3"  # the bridge's interpreter in an image (arbiter installed there)
-KILLED = 137  # the exit status of a container whose process was SIGKILLed
-ENGINE_FAILED = 125  # podman's and docker's own failure, before the agent's command ran
-OOM_MARKER = "oom"  # what conmon writes into its working folder at an OOM kill
 ENGINE_CALL_TIMEOUT_S = 60.0  # an engine command that takes longer is a hung engine
 HIDDEN_FOLDER_BYTES = 4096  # the size of the empty tmpfs that hides a folder
 
@@ -263,35 +260,30 @@ class ContainerAgent(AgentProcess):
         self._removed = False
 
     def ended_how(self, status: int) -> str | None:
-        """Killed at its memory limit: the engine says so (``State.OOMKilled``), else the container
-        ended by a SIGKILL arbiter did not send; or never started, through the engine's own
-        failure. Asked once, before the container is removed."""
+        """Killed at its memory limit, or never started through the engine's own failure
+        (container_endings.py). Asked once, before the container is removed."""
         with self._ending_lock:
             if self._ending is None:
                 self._ending = (self._how_it_ended(status),)
             return self._ending[0]
 
     def _how_it_ended(self, status: int) -> str | None:
-        if status == 0:
-            return None
-        if status == ENGINE_FAILED:
-            # The farm's fault (job.py reads "internal error" so): no agent ran.
-            return (
-                f"internal error: {self.prefix[0]} could not run the agent's container (exit status {status}: "
-                "its message is in agent.log)"
-            )
-        try:
-            inspected = _engine_call(self.prefix, "inspect", "--format", "{{.State.OOMKilled}}", self.name)
-            confirmed = inspected.returncode == 0 and inspected.stdout.strip() == "true"
-        except (OSError, RuntimeError):
-            confirmed = False
+        def inspect(shown: str) -> str | None:
+            try:
+                inspected = _engine_call(self.prefix, "inspect", "--format", shown, self.name)
+            except (OSError, RuntimeError):
+                return None
+            return inspected.stdout.strip() if inspected.returncode == 0 else None
+
         assert self.cwd is not None
-        confirmed = confirmed or os.path.exists(os.path.join(self.cwd, OOM_MARKER))
-        if confirmed:
-            return killed_at_memory_limit(self.memory, confirmed=True)
-        if status == KILLED and self.interrupted_at is None:
-            return killed_at_memory_limit(self.memory, confirmed=False)
-        return None
+        return how_it_ended(
+            status,
+            inspect,
+            engine=self.prefix[0],
+            memory=self.memory,
+            engine_folder=self.cwd,
+            interrupted=self.interrupted_at is not None,
+        )
 
     def kill(self) -> None:
         if self.process is not None and not self._removed:

@@ -18,7 +18,9 @@ import pytest
 import redis
 from containers import (
     ROOTFS_IMAGE,
+    RUNTIME,
     containers_of,
+    reachable_mounts,
     remove_containers_of,
     worker_options,
 )
@@ -161,6 +163,40 @@ def test_an_image_that_cannot_run_is_the_fault_of_whoever_named_it(
             submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
     else:
         submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=image)
+
+
+@pytest.mark.timeout(90)
+def test_an_agent_that_exits_with_the_engine_s_failure_status_is_at_fault_itself(
+    redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, podman_env
+) -> None:
+    """podman exits with 125 when it cannot run a container, the farm's fault, which uses up no
+    daily submission; an agent whose own process exits with 125 gets no free try from it."""
+    competition = competition_file(tmp_path, tiny_tests, hosting="daily_submissions = 2")
+    own = submit(redis_conn, competition=competition, participant="alice", agent=["sh", "-c", "exit 125"],
+                 image=ROOTFS_IMAGE)  # fmt: skip
+    unrunnable = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(),
+                        image=ROOTFS_IMAGE)  # fmt: skip
+    shown = [option.removeprefix("--container-option=") for option in reachable_mounts(tmp_path)]
+    missing = f"--mount=type=bind,source={tmp_path / 'no-such-folder'},destination=/missing"
+    for submission, options in ((own, shown), (unrunnable, [*shown, missing])):
+
+        def evaluate(submission=submission, options=options) -> str:
+            backend = ContainerBackend("podman", runtime=RUNTIME, options=options)
+            job.configure(job.WorkerSettings(redis_url, str(tmp_path / "results"), backend))
+            return job.evaluate_submission(submission.id)
+
+        in_forked_child(evaluate)
+    store = SubmissionStore(redis_conn)
+    found = store.get(own.id)
+    assert found.state == FAILED and found.fault == AGENT_FAULT, (found.fault, found.cause)
+    assert found.cause.startswith("the agent process exited with status 125 before submitting"), found.cause
+    found = store.get(unrunnable.id)
+    assert found.state == FAILED and found.fault == INFRASTRUCTURE_FAULT, (found.fault, found.cause)
+    assert found.cause.startswith("internal error: podman could not run the agent's container"), found.cause
+    submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=ROOTFS_IMAGE)
+    with pytest.raises(QuotaExceeded):  # the agent's 125 counted, the engine's did not
+        submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(), image=ROOTFS_IMAGE)
+    assert containers_of(own.id, podman_env) == containers_of(unrunnable.id, podman_env) == []
 
 
 def burst(redis_url: str, results_root: Path, log: Path, *options: str) -> None:
