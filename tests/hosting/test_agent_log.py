@@ -44,7 +44,8 @@ def agent_log(results: str) -> str:
 def test_a_failing_agent_s_traceback_is_in_agent_log_and_its_cause_only_points_there(
     redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path
 ) -> None:
-    competition = competition_file(tmp_path, tiny_tests, idle_s=0.5)
+    # (an idle budget long enough that the agent's exit, not its not connecting, ends the evaluation)
+    competition = competition_file(tmp_path, tiny_tests, idle_s=30)
     crash = f"print({SECRET!r}, flush=True); import no_such_module_of_the_agent"
     submission = submit(redis_conn, competition=competition, participant="alice", agent=[sys.executable, "-c", crash])
 
@@ -145,7 +146,9 @@ def test_a_failing_agent_s_output_in_a_podman_container_is_in_agent_log(
     redis_url, redis_conn: redis.Redis, tiny_tests, tmp_path, podman_env
 ) -> None:
     """The participant's mistake: a file its agent command names is not in its working folder."""
-    competition = competition_file(tmp_path, tiny_tests, idle_s=0.5)
+    # The agent's exit ends the evaluation: an idle budget that a loaded machine's container start
+    # could outlast would end it first, as the agent's not connecting.
+    competition = competition_file(tmp_path, tiny_tests, idle_s=30)
     workdir = tmp_path / "agent"
     workdir.mkdir()
     (workdir / "run.py").write_text("print('the agent is run.py')\n", encoding="utf-8")
