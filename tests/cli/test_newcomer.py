@@ -248,7 +248,11 @@ def test_help_shows_the_defaults_that_apply():
         assert "(default: $AICROWD_SUBMISSION_ID, else T12345)" in option_help(text, "--service-id")
         assert "(default: arbiter-results/run-<date>-<time> in the current folder" in option_help(text, "--results")
         seed = load_competition(DEFAULT_COMPETITION).seed
-        assert f"(default: the competition's; {seed} in {DEFAULT_COMPETITION}" in option_help(text, "--seed")
+        seed_help = option_help(text, "--seed")
+        assert (
+            f"(default: for Flatland $FLATLAND_EVALUATION_RANDOM_SEED, else the competition's; {seed} in "
+            f"{DEFAULT_COMPETITION}" in seed_help
+        )
     assert "else a redis-server of its own on port 6379 of 127.0.0.1 or the next" in option_help(run, "--redis-url")
     assert "else redis://$redis_ip:6379/0" in option_help(serve, "--redis-url")
     assert "debug set" in option_help(run, "--tests") and "need one" in option_help(serve, "--tests")
