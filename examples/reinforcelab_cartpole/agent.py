@@ -4,10 +4,11 @@ The interface is ReinforceLab's (``Agent(env)``, ``act``, ``train``, ``load``, `
 same file runs under ReinforceLab's ingestion and under ``python -m arbiter.client.reinforcelab``.
 
 - ``act(obs)``: push right when ``weights · obs > 0``.
-- ``train()``: draw random weights and try each for one episode; weights that reach the goal are
-  kept and played as long as they keep reaching it (that is what converging asks), and the search
-  resumes if they fail. It stops when the env raises ``StopIteration`` (the evaluator ended the
-  run) or after ``max_episodes``.
+- ``train()``: hill climbing on one episode's return. Random weights until one set scores at all,
+  then the best set so far is played as long as it reaches the goal (that is what converging
+  asks); when it falls short, sets near it (Gaussian noise) are tried, and the first that scores
+  at least what it scored takes its place. It stops when the env raises ``StopIteration`` (the
+  evaluator ended the run) or after ``max_episodes``.
 - ``load()`` / ``save()``: the weights in ``weights.json`` next to this file (``train.py`` made
   the shipped one).
 """
@@ -41,15 +42,22 @@ class Agent:
             done = terminated or truncated
         return total
 
-    def train(self):
-        kept = None
+    def train(self, noise=0.5):
+        best, best_return = None, -1.0
         try:
             for _ in range(self.max_episodes):
-                candidate = kept if kept is not None else self.rng.uniform(-1.0, 1.0, size=4)
-                if self.play(candidate) >= self.goal:
-                    kept = self.weights = candidate
+                if best is not None and best_return >= self.goal:
+                    candidate = best  # it reaches the goal: play it again
+                elif best is None:
+                    candidate = self.rng.uniform(-1.0, 1.0, size=4)
                 else:
-                    kept = None
+                    candidate = best + self.rng.normal(0.0, noise, size=4)
+                episode_return = self.play(candidate)
+                if candidate is best:
+                    best_return = episode_return  # short of the goal this time: search near it
+                elif episode_return >= best_return:
+                    best, best_return = candidate, episode_return
+                    self.weights = best
         except StopIteration:
             pass  # the evaluator ended the run
 

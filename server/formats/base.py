@@ -37,6 +37,7 @@ from arbiter.server.core.summary import NOT_PLAYED, ending
 from arbiter.server.formats import columns as output
 from arbiter.server.formats.columns import Column
 from arbiter.server.formats.options import options_from_dict
+from arbiter.server.formats.reset_seeds import reset_seed  # noqa: F401 (one of the helpers formats share)
 
 __all__ = [
     "Column",
@@ -337,20 +338,6 @@ class Format:
 
 
 # -- helpers shared by formats --------------------------------------------------------------------
-
-
-def reset_seed(base: int | None, *path: int) -> int | None:
-    """The seed of one reset, derived from the competition seed and the reset's place in the
-    plan (phase, run, episode ...): independent streams, reproducible, and recorded.
-
-    numpy's SeedSequence of ``base`` with the path, its length first, as the spawn key: a pool of
-    entropy words pads with zeros, so without the length ``(s, 0)`` would be ``(s,)``, and a
-    seed derived for one purpose (a secret of the env) would be another's (episode 0's, which the
-    agent learns when it ends). The base stays apart from the path however many bits it has."""
-    if base is None:
-        return None
-    sequence = np.random.SeedSequence(base, spawn_key=(len(path), *path))
-    return int(sequence.generate_state(1, dtype=np.uint32)[0])
 
 
 _PLAIN_SCALARS = (str, int, float, bool, type(None))

@@ -189,8 +189,8 @@ def test_invalid_actions_play_the_no_op_and_are_counted(redis_url, service_id, t
 def test_reset_tells_the_agent_its_role_and_characters_as_diambras_info_settings(redis_url, service_id, tmp_path):
     """With the role drawn at each reset, an agent knows which of P1 and P2 it plays only from
     the reset's ``info["settings"]`` (diambra-arena's episode settings), which never holds the
-    episode's seed."""
-    competition = load_competition("diambra", ["game=kof98umh", "episodes=2", SMALL, "seed=1001"])
+    episode's seed. Seed 42 draws P1, then P2."""
+    competition = load_competition("diambra", ["game=kof98umh", "episodes=2", SMALL, "seed=42"])
     results = str(tmp_path / "r")
     seen = []
     with running_service(competition, tests=None, results=results, redis_url=redis_url, service_id=service_id) as (
