@@ -15,8 +15,8 @@ def reset_seed(base: int | None, *path: int) -> int | None:
     so a seed derived for one purpose, a secret of the env, is never another's). A keyed hash
     because the agent learns every episode's seed when the episode ends: from those, a drawn
     secret base must stay as hard to find as a search of all its values, so that the seeds of the
-    episodes still to come stay unknown (a non-cryptographic mix, numpy's SeedSequence, can be
-    worked back from its outputs)."""
+    episodes still to come stay unknown (numpy's SeedSequence, a mix whose steps can each be
+    undone, gives no such guarantee)."""
     if base is None:
         return None
     message = f"{len(path)}:{','.join(str(int(place)) for place in path)}".encode()
