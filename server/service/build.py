@@ -29,6 +29,7 @@ from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
 from arbiter.server.service.service_claim import ServiceClaim
 from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, EVALUATOR_WINDOW_US, RedisTransport
+from arbiter.server.service.unsaid_withdrawals import unsaid_withdrawal
 
 if TYPE_CHECKING:  # the lines a person watching reads: the command line's, handed in by it
     from arbiter.server.cli.progress import Progress
@@ -77,6 +78,7 @@ def build_service(
     # Before anything is written or cleared: another evaluator serving this service id here is
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
     claim = ServiceClaim(redis_url, service_id)
+    unsaid: dict[str, Any] | None = None  # a withdrawal a killed run made and never told of
     try:
         claim.take(transport)
     except BaseException:
@@ -108,6 +110,10 @@ def build_service(
                 restore(evaluation, records, earlier=previous)
                 evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too
                 evaluation.replayed = replays_recorded(store.events_path)  # this run's come after
+                found = unsaid_withdrawal(store.replayed_path, store.episodes_path, evaluation.replayed)
+                if found is not None and found["items"][-1] < evaluation.total:
+                    unsaid = {"items": found["items"], "group": evaluation.items[found["items"][0]].group, **found}
+                    evaluation.replayed.append(unsaid)  # a killed run's, said now (unsaid_withdrawals.py)
             if not resume:
                 transport.clear()  # the events stream too: a watcher sees this evaluation only
             # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
@@ -120,6 +126,8 @@ def build_service(
             events.close()
             raise
         events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+        if unsaid is not None:
+            events.replayed(unsaid)
     except BaseException:
         claim.release()
         raise
