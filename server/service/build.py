@@ -13,7 +13,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.core.competition import CompetitionSpec, setting_differences
 from arbiter.server.core.evaluation import Evaluation
-from arbiter.server.core.resume import restore
+from arbiter.server.core.resume import restore, resume_point
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
@@ -68,12 +68,15 @@ def build_service(
             f"the evaluation in {results_dir} already ended ({previous['state']}: {previous.get('termination_cause')});"
             " nothing to resume"
         )
-    records = store.load_for_resume() if resume else []
+    # Read only until the claim is taken: a folder this resume refuses (damaged, another
+    # evaluation's settings or plan, or served by a running evaluator) is left as it was.
+    earlier = store.read_for_resume() if resume else []
     # An evaluation that started before (its events say so) continues, even with no item finished:
     # its agent may be inside the first one.
-    continues = resume and (bool(records) or os.path.exists(store.events_path))
+    continues = resume and (bool(earlier) or os.path.exists(store.events_path))
     if continues:
         refuse_other_settings(first_start_recorded(store.events_path), spec, rule.name)
+        resume_point(earlier, plan.items)  # the plan's items, or refused
     transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
     # Before anything is written or cleared: another evaluator serving this service id here is
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
@@ -85,6 +88,7 @@ def build_service(
         transport.redis.close()
         raise
     try:
+        records = store.load_for_resume() if resume else []  # the torn tail cut, the table rebuilt
         if not resume:
             store.start_fresh()
             record_seed(results_dir, spec, tests)
