@@ -6,9 +6,9 @@ summary.json's ``replayed`` entries are read back from the events; each says how
 withdrew, and replayed.jsonl holds every record withdrawn, once (a withdrawal cut short before
 episodes.jsonl was rewritten is done again by the next resume, which appends none of them twice
 and says so itself). Records of replayed.jsonl beyond what the events account for, and no longer
-in episodes.jsonl, were withdrawn by a run that was killed before it said so: the next resume
-names them, as a ``replayed`` entry of its own, so summary.json, events.jsonl and replayed.jsonl
-agree.
+in episodes.jsonl, were withdrawn by a run that was killed before it said so (or whose event the
+disk refused): the next resume names them, as a ``replayed`` entry of its own, so summary.json,
+events.jsonl and replayed.jsonl agree.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from arbiter.server.service.records_file import read_items
 
-UNSAID_CAUSE = "the evaluator restarted, and was killed as it took these items out to play them again"
+UNSAID_CAUSE = "the evaluator restarted; the run that took these items out to play them again ended before it said why"
 
 
 def unsaid_withdrawal(replayed_path: str, episodes_path: str, said: list[dict[str, Any]]) -> dict[str, Any] | None:
