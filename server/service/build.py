@@ -13,7 +13,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.core.competition import CompetitionSpec, setting_differences
 from arbiter.server.core.evaluation import Evaluation
-from arbiter.server.core.resume import restore
+from arbiter.server.core.resume import restore, resume_point
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
@@ -29,6 +29,7 @@ from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.results import ResultsStore
 from arbiter.server.service.service_claim import ServiceClaim
 from arbiter.server.service.transport import DEFAULT_OUTAGE_LIMIT_S, EVALUATOR_WINDOW_US, RedisTransport
+from arbiter.server.service.unsaid_withdrawals import unsaid_withdrawal
 
 if TYPE_CHECKING:  # the lines a person watching reads: the command line's, handed in by it
     from arbiter.server.cli.progress import Progress
@@ -67,22 +68,27 @@ def build_service(
             f"the evaluation in {results_dir} already ended ({previous['state']}: {previous.get('termination_cause')});"
             " nothing to resume"
         )
-    records = store.load_for_resume() if resume else []
+    # Read only until the claim is taken: a folder this resume refuses (damaged, another
+    # evaluation's settings or plan, or served by a running evaluator) is left as it was.
+    earlier = store.read_for_resume() if resume else []
     # An evaluation that started before (its events say so) continues, even with no item finished:
     # its agent may be inside the first one.
-    continues = resume and (bool(records) or os.path.exists(store.events_path))
+    continues = resume and (bool(earlier) or os.path.exists(store.events_path))
     if continues:
         refuse_other_settings(first_start_recorded(store.events_path), spec, rule.name)
+        resume_point(earlier, plan.items)  # the plan's items, or refused
     transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
     # Before anything is written or cleared: another evaluator serving this service id here is
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
     claim = ServiceClaim(redis_url, service_id)
+    unsaid: dict[str, Any] | None = None  # a withdrawal a killed run made and never told of
     try:
         claim.take(transport)
     except BaseException:
         transport.redis.close()
         raise
     try:
+        records = store.load_for_resume() if resume else []  # the torn tail cut, the table rebuilt
         if not resume:
             store.start_fresh()
             record_seed(results_dir, spec, tests)
@@ -108,6 +114,10 @@ def build_service(
                 restore(evaluation, records, earlier=previous)
                 evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too
                 evaluation.replayed = replays_recorded(store.events_path)  # this run's come after
+                found = unsaid_withdrawal(store.replayed_path, store.episodes_path, evaluation.replayed)
+                if found is not None and found["items"][-1] < evaluation.total:
+                    unsaid = {"items": found["items"], "group": evaluation.items[found["items"][0]].group, **found}
+                    evaluation.replayed.append(unsaid)  # a killed run's, said now (unsaid_withdrawals.py)
             if not resume:
                 transport.clear()  # the events stream too: a watcher sees this evaluation only
             # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
@@ -120,6 +130,8 @@ def build_service(
             events.close()
             raise
         events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+        if unsaid is not None:
+            events.replayed(unsaid)
     except BaseException:
         claim.release()
         raise

@@ -39,7 +39,7 @@ from typing import Any
 from arbiter.protocol.errors import ConfigError, EvaluationError
 from arbiter.server.service import results_fence
 from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
-from arbiter.server.service.records_file import StoredItem, item_lines, read_items, read_records
+from arbiter.server.service.records_file import ItemsFile, StoredItem, item_lines, read_items, read_records
 
 log = logging.getLogger(__name__)
 
@@ -148,21 +148,31 @@ class ResultsStore:
             shutil.rmtree(self.replays_dir, ignore_errors=True)
             self._remove_temporaries()
 
+    def read_for_resume(self) -> list[dict[str, Any]]:
+        """The records of the whole items of an earlier, killed run, read only: what a resume
+        checks before it writes anything (``load_for_resume`` writes). Damage is refused."""
+        return self._resumable().records
+
+    def _resumable(self) -> ItemsFile:
+        stored = read_items(self.episodes_path)
+        if stored.whole_bytes != stored.size and stored.damage is not None:
+            raise ConfigError(
+                f"{self.episodes_path} is damaged after its {len(stored.items)} whole items ({stored.damage}): "
+                "a crash leaves at most a cut last item, so --resume cuts nothing here; restore the file, "
+                "or evaluate again in a new --results folder"
+            )
+        return stored
+
     def load_for_resume(self) -> list[dict[str, Any]]:
         """The records of the whole items of an earlier, killed run; a torn tail (an item whose
-        last record never made it, a cut line) is cut off the file first."""
-        stored = read_items(self.episodes_path)
+        last record never made it, a cut line) is cut off the file first, and results.csv is
+        rebuilt from them."""
+        stored = self._resumable()
         with self._writing(self.episodes_path):
             self._remove_temporaries()
             if not os.path.exists(self.episodes_path):
                 return []
             if stored.whole_bytes != stored.size:
-                if stored.damage is not None:
-                    raise ConfigError(
-                        f"{self.episodes_path} is damaged after its {len(stored.items)} whole items ({stored.damage}): "
-                        "a crash leaves at most a cut last item, so --resume cuts nothing here; restore the file, "
-                        "or evaluate again in a new --results folder"
-                    )
                 log.warning(
                     "%s ends with %d bytes of an item that was never written whole: cut off",
                     self.episodes_path,

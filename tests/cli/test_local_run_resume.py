@@ -184,3 +184,25 @@ def test_a_resume_under_other_settings_than_the_evaluation_started_with_is_refus
     )
     assert "budgets.step_s 5 (given now: 2.0)" in refused.stderr
     assert {path.name: path.read_bytes() for path in results.iterdir() if path.is_file()} == before
+
+
+def test_a_resume_under_another_format_is_refused_before_it_writes_anything(tiny_tests, tmp_path):
+    """The folder's table (Flatland's columns) is not rewritten in the other format's columns,
+    and no file is added, whether the first run's settings are in events.jsonl or it is gone and
+    the plan's items tell the folder apart."""
+    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+    results = tmp_path / "r"
+    killed_after_its_first_episode(["--tests", tiny_tests], results, tmp_path, environment)
+    for events in ("kept", "lost"):
+        if events == "lost":
+            (results / "events.jsonl").unlink()
+        before = {path.name: path.read_bytes() for path in results.iterdir()}
+        refused = subprocess.run(
+            [*ARBITER, "run", "--resume", "--results", str(results), "--competition", "two-phase-cartpole",
+             "--", sys.executable, "-c", "pass"],
+            cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
+        )  # fmt: skip
+        assert refused.returncode == 2
+        assert ("competition 'flatland-neurips2020' (given now: 'two-phase-cartpole')" if events == "kept" else
+                "the results folder does not belong to this test set or plan: item 0") in refused.stderr  # fmt: skip
+        assert {path.name: path.read_bytes() for path in results.iterdir()} == before, events

@@ -14,8 +14,9 @@ import sys
 import paths
 import pytest
 from fake_envs import counting_competition
-from harness import finish, running_service, wait_for
+from harness import finish, play_episode, running_service, wait_for
 
+from arbiter.client import RemoteClient
 from arbiter.protocol import keys
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import DEFAULT_COMPETITION, load_competition
@@ -62,6 +63,30 @@ def test_a_second_evaluator_on_the_service_id_is_refused_and_leaves_the_first_al
         assert redis_conn.lrange(keys.errors_key(service_id), 0, -1) == [queued]
         assert not any((tmp_path / "second").iterdir())  # nothing was written there
         assert first.poll() is None and holder_pid(redis_conn, service_id) == first.pid
+    finally:
+        first.kill()
+        first.wait()
+        first.stderr.close()
+
+
+def test_a_resume_of_a_running_evaluations_folder_is_refused_before_it_writes_there(
+    redis_url, redis_conn, service_id, tiny_tests, tmp_path, short_waits
+):
+    """`serve --resume` of the folder an evaluator is writing (the same service id): refused by
+    the claim with the folder as the first left it, its table not replaced under it."""
+    results = tmp_path / "results"
+    first = serving(tiny_tests, redis_url, service_id, results)
+    try:
+        client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
+        client.env_create()
+        play_episode(client, 0)
+        wait_for(lambda: (results / "results.csv").exists(), what="the first item's rows")
+        before = {path.name: (path.read_bytes(), path.stat().st_ino) for path in results.iterdir()}
+        with pytest.raises(ConfigError, match=f"another evaluator is serving service id '{service_id}'"):
+            build_service(load_competition(DEFAULT_COMPETITION), tests=tiny_tests, results_dir=str(results),
+                          redis_url=redis_url, service_id=service_id, resume=True)  # fmt: skip
+        assert {path.name: (path.read_bytes(), path.stat().st_ino) for path in results.iterdir()} == before
+        assert first.poll() is None
     finally:
         first.kill()
         first.wait()
