@@ -65,8 +65,6 @@ class Endings:
             self._fail_overall(now)
             return []
         wait = evaluation.wait
-        if wait is Wait.CLIENT and evaluation.records and evaluation.next_index >= evaluation.total:
-            wait = Wait.SUBMIT  # resumed with every item on record: only the submit was missing
         if wait is Wait.CLIENT:
             heard = evaluation.heard_at is not None
             idle_s = evaluation.budgets.idle_s

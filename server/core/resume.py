@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.budgets import Wait
 from arbiter.server.formats.base import Item
 
 if TYPE_CHECKING:
@@ -82,6 +83,8 @@ def restore(evaluation: Evaluation, records: list[dict[str, Any]], earlier: dict
             evaluation.counters[name] += count
     evaluation.records = list(records)
     evaluation.next_index = point.items_done
+    if point.items_done >= evaluation.total:  # every item on record: only the submit was missing
+        evaluation.wait = Wait.SUBMIT
     evaluation.used_before_s = point.used_before_s
     evaluation.successive_timeouts = point.successive_timeouts
     evaluation.counters["resumed"] += 1
