@@ -264,18 +264,29 @@ def test_a_worker_lost_mid_evaluation_leaves_no_container_once_another_finishes(
         remove_containers_of([submission.id], podman_env)
 
 
+def slow_in_a_container(redis_conn: redis.Redis, tiny_tests: str, tmp_path: Path):
+    """A submission whose agent plays slowly in a container of the machine's own files."""
+    competition = competition_file(tmp_path, tiny_tests)
+    return submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05),
+                  image=ROOTFS_IMAGE)  # fmt: skip
+
+
+def its_container_running(redis_conn: redis.Redis, submission, podman_env):
+    """The submission's record once a worker runs it and its agent's container is up."""
+    running = wait_state(SubmissionStore(redis_conn), submission.id, RUNNING, timeout_s=30)
+    wait_for(lambda: containers_of(submission.id, podman_env), what="the agent's container")
+    return running
+
+
 @pytest.mark.timeout(60)
 def test_a_worker_stopped_at_once_takes_the_container_with_it(
     redis_conn: redis.Redis, redis_url, tiny_tests, tmp_path, podman_env
 ) -> None:
-    competition = competition_file(tmp_path, tiny_tests)
-    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05),
-                        image=ROOTFS_IMAGE)  # fmt: skip
+    submission = slow_in_a_container(redis_conn, tiny_tests, tmp_path)
     workers = Workers(redis_url, str(tmp_path / "results"))
     try:
         worker = workers.start(*worker_options(tmp_path))
-        running = wait_state(SubmissionStore(redis_conn), submission.id, RUNNING, timeout_s=30)
-        wait_for(lambda: containers_of(submission.id, podman_env), what="the agent's container")
+        running = its_container_running(redis_conn, submission, podman_env)
         # RQ's cold shutdown: a second SIGTERM, a second or more after the first one it noted.
         worker.send_signal(signal.SIGTERM)
         wait_for(lambda: redis_conn.hget(f"rq:worker:{running.worker}", "shutdown_requested_date"), what="noted")
@@ -308,15 +319,12 @@ def test_a_work_horse_killed_outright_takes_its_container_with_it(
     container is no process of the horse's, and its worker removes it before the submission is
     retried, whose next attempt may run on another machine (here none runs: the queue is
     suspended, as RQ suspends it)."""
-    competition = competition_file(tmp_path, tiny_tests)
-    submission = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.05),
-                        image=ROOTFS_IMAGE)  # fmt: skip
+    submission = slow_in_a_container(redis_conn, tiny_tests, tmp_path)
     workers = Workers(redis_url, str(tmp_path / "results"))
     try:
         worker = workers.start(*worker_options(tmp_path))
         store = SubmissionStore(redis_conn)
-        wait_state(store, submission.id, RUNNING, timeout_s=30)
-        wait_for(lambda: containers_of(submission.id, podman_env), what="the agent's container")
+        its_container_running(redis_conn, submission, podman_env)
         suspend(redis_conn)
         (horse,) = children_of(worker.pid)
         os.kill(horse, signal.SIGKILL)
