@@ -80,7 +80,10 @@ def test_a_resume_of_a_running_evaluations_folder_is_refused_before_it_writes_th
         client = RemoteClient(redis_url=redis_url, service_id=service_id, reply_timeout_s=30)
         client.env_create()
         play_episode(client, 0)
-        wait_for(lambda: (results / "results.csv").exists(), what="the first item's rows")
+        # The item's event is the last thing its evaluator writes for it: the folder stays as it is
+        # until the next item starts.
+        events = results / "events.jsonl"
+        wait_for(lambda: events.exists() and b'"event":"episode"' in events.read_bytes(), what="the item's event")
         before = {path.name: (path.read_bytes(), path.stat().st_ino) for path in results.iterdir()}
         with pytest.raises(ConfigError, match=f"another evaluator is serving service id '{service_id}'"):
             build_service(load_competition(DEFAULT_COMPETITION), tests=tiny_tests, results_dir=str(results),
