@@ -251,6 +251,12 @@ class _Checker(RuleChecks):
             raise self.fail(f"{name}.step_reply()", f"says done={reply.get('done')!r} where step() said {over}")
         if plan.server_side and not isinstance((reply.get(EXTENSION_KEY) or {}).get("stage_over"), bool):
             raise self.fail(f"{name}.step_reply()", f"has no {EXTENSION_KEY}.stage_over (RemoteEnv's stages read it)")
+        if plan.server_side and over and "terminated" in reply and not self.episode_ended(reply):
+            raise self.fail(
+                f"{name}.step_reply()",
+                "ends the item (done) with neither terminated nor truncated: a Gymnasium loop would step past "
+                "its end (an item its format's cap ended is truncated)",
+            )
         return reply, over
 
     @staticmethod

@@ -7,6 +7,9 @@ While an episode runs its seed stays the server's: no create reply carries it (a
 it could replay the episode on its own copy of the env and foresee every random outcome); the
 step reply that ends the episode names it (``"arbiter": {"seed"}``), and the record keeps it.
 
+An episode the format ends before its env does (a step cap of its own: ``limit_reached``) ends
+``truncated`` in the step reply, as Gymnasium's ``TimeLimit`` ends one.
+
 An action outside the action space is refused by default (an ``INVALID_ACTION`` error reply,
 nothing applied, counted): a Gymnasium env has no universal no-op to put in its place. A format
 whose env has one (DIAMBRA's) overrides ``invalid_action``.
@@ -90,8 +93,12 @@ class GymEpisode(OpenItem):
         if self.last_step is None:
             raise RuntimeError(f"{type(self).__name__}.step_reply before any step")
         revealed = {"seed": self.seed} if self.over else {}  # the episode has ended: its seed is no secret
-        return step_reply(self.last_step, done=self.over, step=self.steps, invalid=invalid, stage_over=self.over,
-                          **revealed)  # fmt: skip
+        observation, reward, terminated, truncated, info = self.last_step
+        # An episode the format ended (its own step cap, limit_reached) where the env did not is cut
+        # short: a Gymnasium loop stops on terminated or truncated, and would step past its end.
+        cut = self.over and not (terminated or truncated)
+        return step_reply((observation, reward, terminated, truncated or cut, info), done=self.over, step=self.steps,
+                          invalid=invalid, stage_over=self.over, **revealed)  # fmt: skip
 
     def record(self, ended: str) -> dict[str, Any]:
         finished = ended == FINISHED

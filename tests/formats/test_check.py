@@ -140,6 +140,13 @@ class LostColumn(GymEpisode):
         return {k: v for k, v in super().record(ended).items() if k != "steps"}
 
 
+class HidesItsEnd(GymEpisode):
+    """Ends the item without telling the agent's loop: neither terminated nor truncated."""
+
+    def step_reply(self, invalid: int) -> dict[str, Any]:
+        return {**super().step_reply(invalid), "terminated": False, "truncated": False}
+
+
 class ClaimsFinished(GymEpisode):
     """Says every episode finished, whatever the core says of it."""
 
@@ -239,6 +246,10 @@ class NoDirection(MeanReturn):
             counting(with_item(ClaimsFinished)),
             "ClaimsFinished.records() item 'episode/0': the format's record says "
             "ended='finished', but the item ended 'step_timeout'",
+        ),
+        (
+            counting(with_item(HidesItsEnd)),
+            "HidesItsEnd.step_reply() ends the item (done) with neither terminated nor truncated",
         ),
         (counting(with_item(RefusesAll)), "RefusesAll.sanitize refused an action from the action space"),
         (counting(with_item(NeverEnds)), "NeverEnds.step did not end item 0 in 50 steps"),
