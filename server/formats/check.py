@@ -71,11 +71,19 @@ def check_format(
     the contract; raises ``FormatCheckError`` naming what is wrong. ``policy`` chooses the
     actions (by default: sampled from the handshake's action space, a format whose clients
     mirror the env advertises none and needs one); ``max_steps``: the most steps one item may
-    take before the check says its ``step`` never ends it."""
+    take before the check says its ``step`` never ends it. ``tests``: the test folder, by default
+    the competition's own (its ``tests`` key), as an evaluation reads it."""
     if isinstance(fmt, str):
         from arbiter.server.formats import get_format
 
         fmt = get_format(fmt)
+    if tests is None:
+        tests = getattr(spec, "tests", None)
+    if tests is None and fmt.requires_tests:
+        raise FormatCheckError(
+            f"format {fmt.name!r}: Format.requires_tests is True and no test folder was given: pass "
+            "check_format(..., tests=DIR) or set the competition's tests key"
+        )
     checker = _Checker(fmt, policy, max_steps, random.Random(seed))
     return checker.run(spec, tests)
 

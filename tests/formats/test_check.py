@@ -8,6 +8,7 @@ meta-dataset); then small formats broken one member at a time show the error eac
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 from types import SimpleNamespace
@@ -286,3 +287,25 @@ def test_a_plan_honours_the_debug_cap_unless_its_format_plays_it_whole():
     assert check_format(counting(IgnoresCap, plays_whole_plan=True), spec(max_episodes=1)).items == 3
     assert get_format("two-phase").plays_whole_plan  # its phases and runs, scored together
     assert not any(get_format(name).plays_whole_plan for name in KNOWN if name != "two-phase")
+
+
+class SeedListPlan(CountingPlan):
+    """Plays one episode per line of its test folder's seeds.txt, reset with that seed."""
+
+    def make_items(self) -> list[Item]:
+        with open(os.path.join(self.tests, "seeds.txt"), encoding="utf-8") as handle:
+            self.seeds = [int(line) for line in handle]
+        episodes = min(len(self.seeds), self.spec.max_episodes or len(self.seeds))
+        return [Item(index=i, unit=f"episode/{i}", fields={"episode": i}) for i in range(episodes)]
+
+    def seed_of(self, item: Item) -> int:
+        return self.seeds[item.index]
+
+
+def test_a_format_that_requires_tests_is_checked_on_the_competitions_own(tmp_path):
+    (tmp_path / "seeds.txt").write_text("11\n12\n", encoding="utf-8")
+    declared = counting(SeedListPlan, requires_tests=True)
+    report = check_format(declared, spec(tests=str(tmp_path)))  # the competition's tests key, as run reads it
+    assert [r["seed"] for r in report.records] == [11, 12]
+    with pytest.raises(FormatCheckError, match=r"^format 'counting': Format.requires_tests is True and no test"):
+        check_format(declared, spec())
