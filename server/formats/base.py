@@ -139,13 +139,16 @@ class Plan(ABC):
     prepare_ahead: bool = False  # True: the next item may be opened while the current one runs
     packages: tuple[str, ...] = ()  # distributions whose versions the summary records
     columns: tuple[Column, ...] = ()  # the record fields results.csv, the progress line and the table show
-    source: str | None = None  # what is evaluated on (a test folder, an env id), for the summary
+    # What is evaluated on (a test folder, an env id), for the summary; by default the test folder.
+    source: str | None = None
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         self.spec = spec
         self.rule = rule
         self.options = spec.options
         self.tests = tests
+        if self.source is None:  # the test folder it reads, unless make_items names what it plays more closely
+            self.source = tests
         self.seed: int | None = spec.seed
         output.check_columns(self.columns, type(self).__name__)
         self.items: list[Item] = self.make_items()

@@ -1,18 +1,20 @@
 """The helpers base.py gives every format (docs/adding-a-format.md): reset seeds, plain wire data,
-a Gymnasium step's reply, JSON-safe figures, and an item's default records and endings."""
+a Gymnasium step's reply, JSON-safe figures, an item's default records and endings, and what a
+plan names as evaluated on."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.server.core.summary import ENDINGS, FINISHED
-from arbiter.server.formats.base import Item, OpenItem, finite, plain, reset_seed, step_reply
+from arbiter.server.formats.base import Item, OpenItem, Plan, finite, plain, reset_seed, step_reply
 
 
 def test_reset_seeds_are_a_hash_of_the_path_keyed_with_the_base():
@@ -100,3 +102,23 @@ def test_an_items_default_records_carry_its_fields_and_say_how_it_ended():
     assert cut[0]["ended"] in ENDINGS and cut[0]["ended"] != FINISHED
     with pytest.raises(TypeError, match="does not span resets"):
         opened.next_reset()
+
+
+class FolderPlan(Plan):
+    def make_items(self) -> list[Item]:
+        return [Item(index=0, unit="episode/0")]
+
+    def open(self, item: Item) -> OpenItem:
+        raise NotImplementedError  # never played here
+
+
+def test_a_plan_names_the_test_folder_it_reads_as_what_it_evaluates_on(tmp_path):
+    """summary.json's `tests` and the start line say what a plan was evaluated on (Plan.source)."""
+    spec = SimpleNamespace(options=None, seed=1)
+    assert FolderPlan(spec, None, tests=str(tmp_path)).source == str(tmp_path)
+    assert FolderPlan(spec, None).source is None
+
+    class Named(FolderPlan):
+        source = "CartPole-v1"
+
+    assert Named(spec, None, tests=str(tmp_path)).source == "CartPole-v1"
