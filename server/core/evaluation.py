@@ -263,7 +263,8 @@ class Evaluation:
                 if wants_reply:
                     raise TimeoutException("the episode timed out; call env_create() (RemoteEnv: reset()) for the next")
                 return None
-            raise OutOfOrder("ENV_STEP without a running episode: call env_create() first (RemoteEnv: reset())")
+            ended = f"; item {self.records[-1]['index']} ended ({self.records[-1]['ended']})" if self.records else ""
+            raise OutOfOrder(f"ENV_STEP without a running episode{ended}: call env_create() first (RemoteEnv: reset())")
         action = payload.get("action") if isinstance(payload, dict) else None
         actions, invalid = episode.sanitize(action)  # a refused action raises: nothing is applied
         think = now - self.wait_started

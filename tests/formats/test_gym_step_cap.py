@@ -1,7 +1,8 @@
 """A format around a Gymnasium env whose own step cap ends an episode (``limit_reached``) before
 the env does: the agent's plain Gymnasium loop, stopping on ``terminated or truncated``, sees each
 episode end there and plays the whole plan (a real redis-server, the evaluator serving in this
-process, the agent a process of its own)."""
+process, the agent a process of its own). A step past that end is refused, naming the item that
+ended and how."""
 
 from __future__ import annotations
 
@@ -11,8 +12,10 @@ import sys
 from typing import Any
 
 import gymnasium
+import pytest
 from harness import finish, read_episodes, running_service
 
+from arbiter.protocol.errors import OutOfOrder
 from arbiter.server.core.competition import spec_from_dict
 from arbiter.server.formats import register_format
 from arbiter.server.formats.base import Column, Format, Item, Rule
@@ -78,3 +81,24 @@ def test_an_episode_the_formats_cap_ends_is_truncated_for_the_agent(redis_url, s
         summary = finish(outcome)
     assert summary["state"] == "SUCCESS" and summary["items"]["ended"] == {"step_limit": 3}
     assert [(r["episode"], r["steps"]) for r in read_episodes(results)] == [(0, CAP), (1, CAP), (2, CAP)]
+
+
+def test_a_step_past_the_end_of_an_episode_names_the_item_that_ended(redis_url, service_id, tmp_path, monkeypatch):
+    register_format("capped-cartpole", Format(name="capped-cartpole", rules={"steps": Steps}, make_plan=CappedPlan))
+    spec = spec_from_dict("capped", {"format": "capped-cartpole"})
+    monkeypatch.setenv("ARBITER_REDIS_URL", redis_url)
+    monkeypatch.setenv("AICROWD_SUBMISSION_ID", service_id)
+    results = str(tmp_path / "results")
+    with running_service(spec, tests=None, results=results, redis_url=redis_url, service_id=service_id):
+        from arbiter.client import RemoteEnv
+
+        env = RemoteEnv()
+        try:
+            env.reset()
+            for _ in range(CAP):
+                truncated = env.step(0)[3]
+            assert truncated
+            with pytest.raises(OutOfOrder, match=r"without a running episode; item 0 ended \(step_limit\): call"):
+                env.step(0)  # an agent that reads neither terminated nor truncated
+        finally:
+            env.close()
