@@ -74,7 +74,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 "start one without --resume"
             )
     if not tests and get_format(spec.format).requires_tests:
-        tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
+        lacking = "default test data: give one with --tests DIR or the competition's tests key"
+        tests = format_hook(spec.format, "default_tests", lacking)()
     service_id = resolve_service_id(args)
     redis_url = resolve_redis_url(args, embedded_ok=True)
     if redis_url is not None:
@@ -134,7 +135,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.resume:
         tests = resumed_tests(args, spec, tests)
     elif not tests and get_format(spec.format).requires_tests:
-        raise ConfigError("arbiter serve needs --tests DIR (or AICROWD_TESTS_FOLDER)")
+        variable = get_format(spec.format).tests_variable  # read for its own format only (resolve_tests)
+        raise ConfigError(
+            f"arbiter serve needs --tests DIR or the competition's tests key{f' (or {variable})' if variable else ''}: "
+            f"format {spec.format!r} plays a test folder"
+        )
     results_dir, made_folder = claim_results(args)  # once the settings are checked: a refused command makes no folder
     if args.resume and not holds_an_evaluation(results_dir):
         # An evaluator killed before its first write leaves nothing to continue, and one started

@@ -25,6 +25,8 @@ from arbiter.server.cli.settings import (
     resolve_redis_url,
     resolve_spec,
 )
+from arbiter.server.formats import register_format
+from arbiter.server.formats.base import Format, Plan, Rule
 from arbiter.server.service.acl import participant_acl
 
 
@@ -150,6 +152,28 @@ def test_a_bad_setting_is_one_line_and_exit_status_2(capsys, monkeypatch, argv, 
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     assert message in error_of(capsys, *argv)
+
+
+class Unscored(Rule):
+    name = "any"
+
+    def aggregate(self, records: list[dict]) -> dict:
+        return {}  # nothing is scored here: serve stops before any item
+
+
+def test_a_format_that_plays_a_test_folder_is_told_where_its_own_folder_is_set(capsys, monkeypatch, tmp_path):
+    """Flatland's variable names no test folder of another format: serve does not offer it."""
+    register_format(
+        "folder-only", Format(name="folder-only", rules={"any": Unscored}, make_plan=Plan, requires_tests=True)
+    )
+    competition = tmp_path / "folder-only.toml"
+    competition.write_text('format = "folder-only"\n', encoding="utf-8")
+    monkeypatch.setenv("AICROWD_TESTS_FOLDER", str(tmp_path))
+    error = error_of(capsys, "serve", "--competition", str(competition), "--redis-url", "redis://127.0.0.1:1/0")
+    assert "needs --tests DIR or the competition's tests key: format 'folder-only' plays a test folder" in error
+    monkeypatch.delenv("AICROWD_TESTS_FOLDER")
+    flatland = error_of(capsys, "serve", "--redis-url", "redis://127.0.0.1:1/0")
+    assert "or the competition's tests key (or AICROWD_TESTS_FOLDER): format 'flatland'" in flatland
 
 
 def test_serve_needs_a_test_folder_for_flatland_and_its_results_folder_to_resume(capsys, tmp_path):
