@@ -93,12 +93,14 @@ class GymEpisode(OpenItem):
         if self.last_step is None:
             raise RuntimeError(f"{type(self).__name__}.step_reply before any step")
         revealed = {"seed": self.seed} if self.over else {}  # the episode has ended: its seed is no secret
-        observation, reward, terminated, truncated, info = self.last_step
-        # An episode the format ended (its own step cap, limit_reached) where the env did not is cut
-        # short: a Gymnasium loop stops on terminated or truncated, and would step past its end.
-        cut = self.over and not (terminated or truncated)
-        return step_reply((observation, reward, terminated, truncated or cut, info), done=self.over, step=self.steps,
-                          invalid=invalid, stage_over=self.over, **revealed)  # fmt: skip
+        last_step = self.last_step
+        if self.over and not (last_step[2] or last_step[3]):
+            # The format ended the episode (its own step cap, limit_reached) where the env did not:
+            # it is cut short, or a Gymnasium loop, stopping on terminated or truncated, steps past its end.
+            observation, reward, terminated, _, info = last_step
+            last_step = (observation, reward, terminated, True, info)
+        return step_reply(last_step, done=self.over, step=self.steps, invalid=invalid, stage_over=self.over,
+                          **revealed)  # fmt: skip
 
     def record(self, ended: str) -> dict[str, Any]:
         finished = ended == FINISHED
