@@ -18,7 +18,14 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import setting_differences
-from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE, read_summary, summary_rule
+from arbiter.server.core.rescore import (
+    ABS_TOLERANCE,
+    EPISODES_FILE,
+    EVENTS_FILE,
+    SUMMARY_FILE,
+    read_summary,
+    summary_rule,
+)
 from arbiter.server.formats import get_format
 from arbiter.server.service.records_file import read_items
 
@@ -225,6 +232,32 @@ def _score(entry: Entry, summary: dict[str, Any], rule_name: str, from_records: 
     entry.context = context
     entry.rescored = True
     _check_plain(entry)
+    if summary.get("scoring") == rule_name and recorded.get("figures"):
+        # The audit's point: under its own rule, records and summary that disagree were edited or
+        # damaged, and nothing here says which one is true; ranking either would be a silent guess.
+        differ = _disagreements(recorded["figures"], entry.figures)
+        if differ:
+            entry.problem = (
+                f"its episodes.jsonl and its summary.json disagree: {'; '.join(differ)}: one of them was edited or "
+                "damaged (`arbiter rescore` names what differs)"
+            )
+
+
+def _disagreements(recorded: list[Any], figures: dict[str, dict[str, Any]]) -> list[str]:
+    """Each figure whose value recomputed from the records is not the one its summary recorded,
+    in words; to the tolerance of `arbiter rescore`, as additions in another order differ."""
+    found = []
+    for figure in recorded:
+        name = figure.get("name") if isinstance(figure, dict) else None
+        if name not in figures:
+            continue
+        got, want = figures[name]["value"], figure.get("value")
+        same = got == want or (
+            _finite(got) and _finite(want) and math.isclose(got, want, rel_tol=0, abs_tol=ABS_TOLERANCE)
+        )
+        if not same:
+            found.append(f"{name} {got!r} from the records, {_shown(want)} in the summary")
+    return found
 
 
 def rescored(results_dir: str, summary: dict[str, Any], rule_name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
