@@ -27,6 +27,7 @@ from arbiter.server.core.rescore import (
     summary_rule,
 )
 from arbiter.server.formats import get_format
+from arbiter.server.service.events import submission_recorded
 from arbiter.server.service.records_file import read_items
 
 SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
@@ -108,12 +109,17 @@ def _without_summary(results_dir: str, relative: str) -> Entry:
     except (OSError, ValueError):
         pass
     name = os.path.basename(results_dir)
+    # Whose it is: the evaluation names its participant in an event of its own right after it
+    # starts, so that a folder without a summary is still listed under its submitter.
+    identity = submission_recorded(os.path.join(results_dir, EVENTS_FILE)) or {}
     cause = (
         "no summary.json yet: the evaluation is running, or stopped before its end (a killed evaluator; "
         "on a farm, `arbiter submissions` says what became of it)"
     )
-    return Entry(results_dir, relative, name, name, started.get("time"), started.get("debug") is True, None,
-                 RUNNING_STATE, None, problem=cause)  # fmt: skip
+    return Entry(results_dir, relative, str(identity.get("participant") or name), str(identity.get("id") or name),
+                 _submitted_at(identity, {"started_at": started.get("time")}),
+                 started.get("debug") is True or identity.get("debug") is True, None, RUNNING_STATE, None,
+                 problem=cause)  # fmt: skip
 
 
 def read_entry(
