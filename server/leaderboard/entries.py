@@ -26,6 +26,7 @@ from arbiter.server.core.rescore import (
     read_summary,
     summary_rule,
 )
+from arbiter.server.core.seeds import read_persisted_seed
 from arbiter.server.formats import get_format
 from arbiter.server.service.events import submission_recorded
 from arbiter.server.service.records_file import read_items
@@ -164,7 +165,7 @@ def read_entry(
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
         return entry
-    other = _other_conditions(summary, conditions) if conditions else None
+    other = _other_conditions(summary, conditions, results_dir) if conditions else None
     if other:
         entry.problem = f"evaluated under other conditions than the competition's: {other}"
         return entry
@@ -186,11 +187,14 @@ def read_entry(
     return entry
 
 
-def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> str | None:
+def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any], results_dir: str) -> str | None:
     """What the evaluation ran under that the board's evaluations do not, in words; None: the same."""
     said = []
     if summary.get("competition") not in (None, conditions["competition"]):
         said.append(f"competition {summary.get('competition')!r}, not {conditions['competition']!r}")
+    seed = _chosen_seed(summary, results_dir)
+    if seed is not None and "seed" in conditions and seed != conditions["seed"]:
+        said.append(f"seed {seed!r} (the competition's: {conditions['seed']!r})")
     budgets = summary.get("budgets") if isinstance(summary.get("budgets"), dict) else {}
     for name, value in conditions["budgets"].items():
         if name in budgets and budgets[name] != value:
@@ -208,6 +212,20 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
         if key not in conditions.get("free", ()) and key != "budgets":  # budgets: compared above
             said.append(f"--set {assignment}")
     return "; ".join(said) or None
+
+
+def _chosen_seed(summary: dict[str, Any], results_dir: str) -> int | None:
+    """The competition seed the evaluation's resets derived from when it was chosen rather than
+    drawn (a local run's --seed, a worker's fixed one); None when it was drawn (a hosted
+    evaluation's secret seed, another for each) or when the format seeds its plan its own way
+    (MetaLC: the summary records the challenge's seed, not seed.json's)."""
+    try:
+        found = read_persisted_seed(results_dir)
+    except ConfigError:
+        return None
+    if not found or found.get("drawn") is not False or found.get("seed") != summary.get("seed"):
+        return None
+    return found["seed"]
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:

@@ -284,3 +284,20 @@ def test_an_audit_lists_apart_the_folders_whose_records_and_summary_disagree(cup
     assert f"normalized_return {recorded!r} from the records, 0.5 in the summary" in causes[subs["bob"].id]
     assert "its episodes.jsonl and its summary.json disagree: normalized_return" in causes[subs["dave"].id]
     assert "arrived_fraction" not in causes[subs["dave"].id]  # the figures that agree are not named
+
+
+def test_an_evaluation_under_another_seed_is_listed_apart(cup, tmp_path, redis_server, tiny_tests):
+    """erin's local run chose its own seed (`arbiter run --seed 5`): its malfunctions and resets
+    are not the ones everyone else played, so its figures do not compare; the board says so."""
+    spec, root, subs, base = cup
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    erin = Submission("erin", "erin", 7, [sys.executable, str(paths.EXAMPLES / "random_agent.py")], ["seed=5"])
+    evaluate(str(base / f"{NAME}.toml"), erin, root=copy, tests=tiny_tests, redis_url=redis_server.url)
+    board = build_board(spec, str(copy))
+    assert "erin" not in {r["participant"] for r in board["rows"]}
+    [listed] = [u for u in board["unranked"] if u["submission"] == erin.id]
+    assert (
+        listed["cause"] == "evaluated under other conditions than the competition's: seed 5 (the competition's: 1001)"
+    )
+    assert board["rows"] == build_board(spec, str(root))["rows"]  # the others' board as before
