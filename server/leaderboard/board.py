@@ -59,6 +59,7 @@ def build_board(
         "budgets": spec.budgets.as_dict(),
         "options": spec.options_dict() or {},
         "free": free,
+        "seed": spec.seed,
     }
     entries = [
         read_entry(

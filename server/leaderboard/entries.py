@@ -18,8 +18,17 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import setting_differences
-from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE, read_summary, summary_rule
+from arbiter.server.core.rescore import (
+    ABS_TOLERANCE,
+    EPISODES_FILE,
+    EVENTS_FILE,
+    SUMMARY_FILE,
+    read_summary,
+    summary_rule,
+)
+from arbiter.server.core.seeds import read_persisted_seed
 from arbiter.server.formats import get_format
+from arbiter.server.service.events import submission_recorded
 from arbiter.server.service.records_file import read_items
 
 SCORED_STATE = "SUCCESS"  # an evaluation that completed: the only one a board ranks
@@ -101,12 +110,17 @@ def _without_summary(results_dir: str, relative: str) -> Entry:
     except (OSError, ValueError):
         pass
     name = os.path.basename(results_dir)
+    # Whose it is: the evaluation names its participant in an event of its own right after it
+    # starts, so that a folder without a summary is still listed under its submitter.
+    identity = submission_recorded(os.path.join(results_dir, EVENTS_FILE)) or {}
     cause = (
         "no summary.json yet: the evaluation is running, or stopped before its end (a killed evaluator; "
         "on a farm, `arbiter submissions` says what became of it)"
     )
-    return Entry(results_dir, relative, name, name, started.get("time"), started.get("debug") is True, None,
-                 RUNNING_STATE, None, problem=cause)  # fmt: skip
+    return Entry(results_dir, relative, str(identity.get("participant") or name), str(identity.get("id") or name),
+                 _submitted_at(identity, {"started_at": started.get("time")}),
+                 started.get("debug") is True or identity.get("debug") is True, None, RUNNING_STATE, None,
+                 problem=cause)  # fmt: skip
 
 
 def read_entry(
@@ -151,7 +165,7 @@ def read_entry(
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
         return entry
-    other = _other_conditions(summary, conditions) if conditions else None
+    other = _other_conditions(summary, conditions, results_dir) if conditions else None
     if other:
         entry.problem = f"evaluated under other conditions than the competition's: {other}"
         return entry
@@ -173,11 +187,14 @@ def read_entry(
     return entry
 
 
-def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> str | None:
+def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any], results_dir: str) -> str | None:
     """What the evaluation ran under that the board's evaluations do not, in words; None: the same."""
     said = []
     if summary.get("competition") not in (None, conditions["competition"]):
         said.append(f"competition {summary.get('competition')!r}, not {conditions['competition']!r}")
+    seed = _chosen_seed(summary, results_dir)
+    if seed is not None and "seed" in conditions and seed != conditions["seed"]:
+        said.append(f"seed {seed!r} (the competition's: {conditions['seed']!r})")
     budgets = summary.get("budgets") if isinstance(summary.get("budgets"), dict) else {}
     for name, value in conditions["budgets"].items():
         if name in budgets and budgets[name] != value:
@@ -195,6 +212,20 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any]) -> st
         if key not in conditions.get("free", ()) and key != "budgets":  # budgets: compared above
             said.append(f"--set {assignment}")
     return "; ".join(said) or None
+
+
+def _chosen_seed(summary: dict[str, Any], results_dir: str) -> int | None:
+    """The competition seed the evaluation's resets derived from when it was chosen rather than
+    drawn (a local run's --seed, a worker's fixed one); None when it was drawn (a hosted
+    evaluation's secret seed, another for each) or when the format seeds its plan its own way
+    (MetaLC: the summary records the challenge's seed, not seed.json's)."""
+    try:
+        found = read_persisted_seed(results_dir)
+    except ConfigError:
+        return None
+    if not found or found.get("drawn") is not False or found.get("seed") != summary.get("seed"):
+        return None
+    return found["seed"]
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:
@@ -225,6 +256,32 @@ def _score(entry: Entry, summary: dict[str, Any], rule_name: str, from_records: 
     entry.context = context
     entry.rescored = True
     _check_plain(entry)
+    if summary.get("scoring") == rule_name and recorded.get("figures"):
+        # The audit's point: under its own rule, records and summary that disagree were edited or
+        # damaged, and nothing here says which one is true; ranking either would be a silent guess.
+        differ = _disagreements(recorded["figures"], entry.figures)
+        if differ:
+            entry.problem = (
+                f"its episodes.jsonl and its summary.json disagree: {'; '.join(differ)}: one of them was edited or "
+                "damaged (`arbiter rescore` names what differs)"
+            )
+
+
+def _disagreements(recorded: list[Any], figures: dict[str, dict[str, Any]]) -> list[str]:
+    """Each figure whose value recomputed from the records is not the one its summary recorded,
+    in words; to the tolerance of `arbiter rescore`, as additions in another order differ."""
+    found = []
+    for figure in recorded:
+        name = figure.get("name") if isinstance(figure, dict) else None
+        if name not in figures:
+            continue
+        got, want = figures[name]["value"], figure.get("value")
+        same = got == want or (
+            _finite(got) and _finite(want) and math.isclose(got, want, rel_tol=0, abs_tol=ABS_TOLERANCE)
+        )
+        if not same:
+            found.append(f"{name} {got!r} from the records, {_shown(want)} in the summary")
+    return found
 
 
 def rescored(results_dir: str, summary: dict[str, Any], rule_name: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:

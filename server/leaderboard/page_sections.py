@@ -72,9 +72,13 @@ def achievements_section(board: dict[str, Any], rows: list[dict[str, Any]]) -> s
         return ""
     holders: dict[str, list[str]] = {}
     for row in rows:
+        # A board ranked per game counts each game's achievements apart: a participant who
+        # unlocked one in two games holds it twice, each game named.
+        holder = str(row.get("participant") or "")
+        holder += f" ({row['group']})" if row.get("group") is not None else ""
         for item in row.get("achievements") or []:
             if isinstance(item, dict):
-                holders.setdefault(str(item.get("name")), []).append(str(row.get("participant") or ""))
+                holders.setdefault(str(item.get("name")), []).append(holder)
     items = "".join(
         f"<tr><td>{escape(str(item['name']))}</td><td>{escape(str(item.get('description') or ''))}</td>"
         f"<td>{escape(', '.join(holders.get(str(item['name']), [])) or 'nobody yet')}</td></tr>"

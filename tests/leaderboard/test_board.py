@@ -352,8 +352,24 @@ def test_an_evaluation_that_wrote_no_summary_yet_is_listed_as_running_and_a_debu
     assert [r["participant"] for r in board["rows"]] == ["ok"]
     [running] = board["unranked"]
     assert running["submission"] == "sub-running" and running["state"] == "RUNNING"
+    assert running["participant"] == "sub-running"  # its events name nobody: the folder's name
     assert running["cause"].startswith("no summary.json yet: the evaluation is running, or stopped before its end")
     assert board["counts"]["folders"] == 3 and board["counts"]["debug_left_out"] == 1
+
+
+def test_an_evaluation_without_summary_is_listed_under_the_participant_its_events_name(tmp_path):
+    """`arbiter run --participant` and a worker write whose evaluation it is into events.jsonl as
+    it starts: a run killed before its summary is listed under its participant, not its folder."""
+    spec = load_competition(str(competition_file(tmp_path / "cup.toml", '[leaderboard]\ncolumns = ["phase1"]')))
+    folder = tmp_path / "cup" / "sub-killed"
+    folder.mkdir(parents=True)
+    started = {"event": "started", "time": "2026-11-01T00:05:00.000+00:00", "debug": False}
+    named = {"event": "submission", "time": "2026-11-01T00:05:00.002+00:00", "participant": "gina",
+             "id": "sub-7", "submitted_at": "2026-11-01T00:04:00+00:00", "debug": False}  # fmt: skip
+    (folder / "events.jsonl").write_text(json.dumps(started) + "\n" + json.dumps(named) + "\n")
+    [killed] = build_board(spec, str(tmp_path))["unranked"]
+    assert (killed["participant"], killed["submission"], killed["state"]) == ("gina", "sub-7", "RUNNING")
+    assert killed["submitted_at"] == "2026-11-01T00:04:00+00:00" and killed["results"] == "cup/sub-killed"
 
 
 def test_evaluations_under_other_conditions_are_listed_apart_with_what_differs(tmp_path):

@@ -255,3 +255,49 @@ def test_a_summary_that_says_otherwise_than_the_rule_or_damaged_records_leave_on
     assert "episodes.jsonl holds 2 whole items, its summary.json 3" in causes[subs["alice-random"].id]
     # bob's records are intact: from them, his figures are the rule's; alice ranks by her other one
     assert {r["participant"] for r in audited["rows"]} == {"bob", "alice"}
+
+
+def test_an_audit_lists_apart_the_folders_whose_records_and_summary_disagree(cup, tmp_path):
+    """bob's summary.json edited to a better normalized return, dave's first record to a better
+    reward. The board trusts each summary; --from-records recomputes both from their records and,
+    since each disagrees with its own summary under the same rule, ranks neither: which of the
+    two files is true the folder cannot say. alice, intact, ranks."""
+    spec, root, subs, _ = cup
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    bob = copy / NAME / subs["bob"].id / "summary.json"
+    edited = json.loads(bob.read_text())
+    recorded = edited["leaderboard"]["figures"][0]["value"]
+    edited["leaderboard"]["figures"][0]["value"] = 0.5
+    bob.write_text(json.dumps(edited))
+    dave = copy / NAME / subs["dave"].id / "episodes.jsonl"
+    lines = dave.read_text().splitlines(keepends=True)
+    first = json.loads(lines[0])
+    first["reward"] = 0.0
+    dave.write_text(json.dumps(first) + "\n" + "".join(lines[1:]))
+
+    assert build_board(spec, str(copy))["rows"][0]["participant"] == "bob"  # his summary, as it says
+    audited = build_board(spec, str(copy), from_records=True)
+    assert [r["participant"] for r in audited["rows"]] == ["alice"]
+    causes = {u["submission"]: u["cause"] for u in audited["unranked"]}
+    assert "its episodes.jsonl and its summary.json disagree" in causes[subs["bob"].id]
+    assert f"normalized_return {recorded!r} from the records, 0.5 in the summary" in causes[subs["bob"].id]
+    assert "its episodes.jsonl and its summary.json disagree: normalized_return" in causes[subs["dave"].id]
+    assert "arrived_fraction" not in causes[subs["dave"].id]  # the figures that agree are not named
+
+
+def test_an_evaluation_under_another_seed_is_listed_apart(cup, tmp_path, redis_server, tiny_tests):
+    """erin's local run chose its own seed (`arbiter run --seed 5`): its malfunctions and resets
+    are not the ones everyone else played, so its figures do not compare; the board says so."""
+    spec, root, subs, base = cup
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    erin = Submission("erin", "erin", 7, [sys.executable, str(paths.EXAMPLES / "random_agent.py")], ["seed=5"])
+    evaluate(str(base / f"{NAME}.toml"), erin, root=copy, tests=tiny_tests, redis_url=redis_server.url)
+    board = build_board(spec, str(copy))
+    assert "erin" not in {r["participant"] for r in board["rows"]}
+    [listed] = [u for u in board["unranked"] if u["submission"] == erin.id]
+    assert (
+        listed["cause"] == "evaluated under other conditions than the competition's: seed 5 (the competition's: 1001)"
+    )
+    assert board["rows"] == build_board(spec, str(root))["rows"]  # the others' board as before

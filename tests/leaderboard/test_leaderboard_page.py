@@ -352,3 +352,17 @@ def test_a_board_ranked_per_game_shows_one_table_per_game() -> None:
         [r.attrs.get("data-participant") for r in t.all("tr") if r.attrs.get("data-participant")] for t in tables
     ]
     assert players == [["ken"], ["ryu"]]
+
+
+def test_an_achievement_unlocked_in_two_games_names_each_game_it_was_unlocked_in() -> None:
+    """Per game, each game's achievements count apart: ken's first fight in each game is listed
+    once per game, with the game, not as the same name twice."""
+    board = diambra_board() | {"per": "game", "achievements": [{"name": "First fight", "description": "a first"}]}
+    first = [{"name": "First fight", "submission": "sub-1"}]
+    board["rows"] = [
+        r | {"group": game, "rank": 1, "participant": "ken", "achievements": first}
+        for r, game in zip(board["rows"], ("doapp", "sfiii3n"), strict=True)
+    ]
+    page = parse(render_page(board))
+    [section] = [s for s in page.all("section") if any(h.text() == "Achievements" for h in s.all("h2"))]
+    assert [td.text() for td in section.all("td")] == ["First fight", "a first", "ken (doapp), ken (sfiii3n)"]
