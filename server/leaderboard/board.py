@@ -78,6 +78,13 @@ def build_board(
     other_phases = 0  # submissions to another phase than the board's
     entries = [e for e in entries if not e.debug]
     phases = sorted({e.phase for e in entries if e.phase is not None})
+    if phase is None and phases and any(e.phase is None for e in entries):
+        # Whole evaluations (two-phase's both phases) make the competition's own board: a
+        # submission to one phase alone would otherwise turn it into that phase's, ranking every
+        # whole evaluation on that phase's column. It is counted apart; --phase ranks it.
+        other_phases = sum(1 for e in entries if e.phase is not None)
+        entries = [e for e in entries if e.phase is None]
+        phases = []
     if phase is None and len(phases) > 1:
         raise ConfigError(f"the results of {spec.name} hold the phases {', '.join(phases)}: choose one with --phase")
     if phase is not None:
@@ -88,7 +95,7 @@ def build_board(
         entries = [e for e in entries if e.phase == phase]
     elif phases:
         # The one phase the results hold is the board's (it may be hidden), and its evaluations
-        # decide its columns; submissions of no phase are ranked beside them.
+        # decide its columns.
         phase = phases[0]
         _refuse_hidden(spec, phase, reveal)
     names, left_out = _phase_columns(names, [e for e in entries if e.phase == phase], phase)

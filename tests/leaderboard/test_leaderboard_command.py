@@ -157,20 +157,37 @@ def test_a_phase_board_ranks_by_the_columns_that_phase_computes(tmp_path, capsys
 
 def test_results_of_one_phase_make_it_the_board_s_when_none_is_named(tmp_path, capsys):
     """A competition whose submissions were all made to phase 1 (arbiter submit --phase 1) ranks
-    them by phase1 without --phase, as that phase's board; a submission of no phase (both phases
-    evaluated) is ranked beside them, and no phase-1 evaluation is left out for lacking convergence."""
+    them by phase1 without --phase, as that phase's board, no phase-1 evaluation left out for
+    lacking convergence."""
     results = tmp_path / "results"
     write_folder(results, "cup", "sub-a", "alice", {"phase1": 400.0}, minutes=1, phase="1")
     write_folder(results, "cup", "sub-b", "bob", {"phase1": 450.0}, minutes=2, phase="1")
-    write_folder(results, "cup", "sub-c", "carol", {"phase1": 420.0, "convergence": 900.0}, minutes=3)
     cup = competition_file(tmp_path / "cup.toml", TABLE)
     argv = ["leaderboard", "--results-root", str(results), "--competition", str(cup)]
     assert main([*argv, "--json"]) == 0
     board = json.loads(capsys.readouterr().out)
-    assert [(r["rank"], r["participant"]) for r in board["rows"]] == [(1, "bob"), (2, "carol"), (3, "alice")]
+    assert [(r["rank"], r["participant"]) for r in board["rows"]] == [(1, "bob"), (2, "alice")]
     assert [c["name"] for c in board["columns"]] == ["phase1"] and board["columns_left_out"] == ["convergence"]
     assert board["phase"] == "1" and board["unranked"] == []
     assert (results / "leaderboards" / "cup-1" / "leaderboard.json").is_file()
+
+
+def test_whole_evaluations_keep_the_board_when_one_participant_tries_a_phase_alone(tmp_path, capsys):
+    """Two-phase submissions evaluated whole and one made to phase 1 alone: the board that names
+    no phase ranks the whole evaluations by both columns, and counts the phase-1 try apart."""
+    results = tmp_path / "results"
+    write_folder(results, "cup", "sub-a", "alice", {"phase1": 400.0, "convergence": 700.0}, minutes=1)
+    write_folder(results, "cup", "sub-b", "bob", {"phase1": 450.0, "convergence": 900.0}, minutes=2)
+    write_folder(results, "cup", "sub-d", "dave", {"phase1": 480.0}, minutes=3, phase="1")
+    cup = competition_file(tmp_path / "cup.toml", TABLE)
+    argv = ["leaderboard", "--results-root", str(results), "--competition", str(cup)]
+    assert main([*argv, "--json"]) == 0
+    board = json.loads(capsys.readouterr().out)
+    assert [c["name"] for c in board["columns"]] == ["phase1", "convergence"] and not board["columns_left_out"]
+    assert {r["participant"] for r in board["rows"]} == {"alice", "bob"}
+    assert board["phase"] is None and board["counts"]["other_phases"] == 1
+    assert main([*argv, "--phase", "1", "--json"]) == 0
+    assert [r["participant"] for r in json.loads(capsys.readouterr().out)["rows"]] == ["dave"]
 
 
 def test_a_board_with_nothing_ranked_yet_directs_its_columns_as_the_rule_does(tmp_path, capsys):
