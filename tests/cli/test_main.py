@@ -396,3 +396,19 @@ def test_progress_lines_nobody_reads_any_more_never_fail_the_evaluation(tmp_path
             run.wait()
     summary = json.loads((results / "summary.json").read_text())
     assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 4
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_results_folder_that_is_or_lies_under_a_file_is_refused_before_anything_starts(capsys, tmp_path, command):
+    """The system's own error ("File exists", "Not a directory") named neither --results nor what to do."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept\n")
+    agent = ["--", sys.executable, "-c", "pass"] if command == "run" else []
+    start = [command, "--competition", "two-phase-cartpole", "--redis-url", "redis://127.0.0.1:1/0"]
+    if command == "run":
+        start = start[:-2]  # its own Redis: nothing is started before the folder is checked
+    error = error_of(capsys, *start, "--results", str(a_file), *agent)
+    assert f"--results {a_file} is a file, not a folder" in error
+    error = error_of(capsys, *start, "--results", str(a_file / "sub"), *agent)
+    assert f"--results {a_file / 'sub'}: {a_file} is a file, so no folder can be made under it" in error
+    assert a_file.read_text() == "kept\n" and os.listdir(tmp_path) == ["notes.txt"]
