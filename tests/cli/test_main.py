@@ -412,3 +412,27 @@ def test_a_results_folder_that_is_or_lies_under_a_file_is_refused_before_anythin
     error = error_of(capsys, *start, "--results", str(a_file / "sub"), *agent)
     assert f"--results {a_file / 'sub'}: {a_file} is a file, so no folder can be made under it" in error
     assert a_file.read_text() == "kept\n" and os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_generate_overwrite_replaces_a_folder_of_data_never_a_file_nor_the_folder_one_is_in(
+    capsys, tmp_path, monkeypatch
+):
+    """--overwrite removed a file at --out to put a folder in its place; given the current folder,
+    it failed half way ("Device or resource busy") and left a stray folder in it."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept\n")
+    generate = ["generate", "--format", "metalc", "--datasets", "6", "--algorithms", "1", "--overwrite", "--out"]
+    assert f"{a_file} is a file, not a folder: give another --out" in error_of(capsys, *generate, str(a_file))
+    assert a_file.read_text() == "kept\n"
+    inner = tmp_path / "work" / "inner"
+    inner.mkdir(parents=True)
+    (inner / "kept.txt").write_text("kept\n")
+    monkeypatch.chdir(inner)
+    for out in (".", ".."):
+        assert f"{out} holds the current folder, which --overwrite would remove" in error_of(capsys, *generate, out)
+    assert sorted(os.listdir(inner)) == ["kept.txt"] and os.listdir(inner.parent) == ["inner"]
+    data = tmp_path / "work" / "data"
+    data.mkdir()
+    (data / "old.txt").write_text("")
+    assert main([*generate, str(data)]) == 0
+    assert "old.txt" not in os.listdir(data)  # a folder of data beside it is replaced whole, as ever
