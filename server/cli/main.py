@@ -204,8 +204,32 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from arbiter.server.cli.watch import follow
 
     redis_url, service_id = resolve_watched(args)
+    if resolve_redis_url(args, embedded_ok=True) is None and redis_url == flatland_default_redis():
+        refuse_nothing_to_watch(redis_url, given_service_id(args))
     state = follow(redis_url, service_id, timeout_s=args.timeout, from_start=args.from_start, out=sys.stdout)
     return EXIT_CODES.get(state, 1)
+
+
+def refuse_nothing_to_watch(redis_url: str, service_id: str | None) -> None:
+    """No Redis given and no local run going on: flatland's default Redis is the last guess, and
+    when nothing answers there the likeliest story is a run that has ended, which the bare
+    "cannot reach Redis" did not tell."""
+    import redis
+
+    from arbiter.server.cli.local_runs import runs_folder
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ConfigError(
+            f"no arbiter run of yours{f' with service id {service_id!r}' if service_id else ''} is going on (runs "
+            f"announce themselves in {runs_folder()}), and no Redis answers at {redis_url}, flatland's default "
+            f"({exc}): give the evaluation's --redis-url and --service-id; a run that ended is in its results "
+            "folder (arbiter report DIR)"
+        ) from None
+    finally:
+        client.close()
 
 
 def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
@@ -225,8 +249,11 @@ def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
         return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
     if len(runs) > 1:
         # A URL's password is hidden here: that run's own start lines give its command.
+        # Runs under one service id (T12345, the default) are told apart by their results folders.
         commands = "\n".join(
-            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}" for run in runs
+            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}"
+            f"  # results in {run.get('results')}"
+            for run in runs
         )
         raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
     return flatland_default_redis(), resolve_service_id(args)

@@ -436,3 +436,33 @@ def test_generate_overwrite_replaces_a_folder_of_data_never_a_file_nor_the_folde
     (data / "old.txt").write_text("")
     assert main([*generate, str(data)]) == 0
     assert "old.txt" not in os.listdir(data)  # a folder of data beside it is replaced whole, as ever
+
+
+def test_several_local_runs_are_listed_with_their_results_folders(tmp_path, monkeypatch, capsys):
+    """Two runs under the default service id gave two lines that differed only in a socket path."""
+    monkeypatch.setenv(RUNS_DIR_VARIABLE, str(tmp_path / "runs"))
+    announce_run("unix:///tmp/a/redis.sock?db=0", "T12345", str(tmp_path / "first"))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(os.path.join(tmp_path, "runs", f"{other.pid}.json"), "w", encoding="utf-8") as handle:
+            run = {"pid": other.pid, "redis_url": "unix:///tmp/b/redis.sock?db=0", "service_id": "T12345"}
+            json.dump({**run, "results": str(tmp_path / "second")}, handle)
+        assert main(["watch"]) == 2
+        lines = capsys.readouterr().err.splitlines()[1:]
+        said = sorted(line.rpartition("  # results in ")[2] for line in lines)
+        assert said == [str(tmp_path / "first"), str(tmp_path / "second")]
+        assert all(line.startswith("  arbiter watch --redis-url ") for line in lines)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_watch_with_no_run_going_on_and_nothing_at_flatlands_redis_says_so(tmp_path, monkeypatch, capsys):
+    """What a watcher sees after their run ended: not only "cannot reach Redis at 127.0.0.1:6379"."""
+    monkeypatch.setenv(RUNS_DIR_VARIABLE, str(tmp_path / "runs"))
+    monkeypatch.delenv("ARBITER_REDIS_URL", raising=False)
+    monkeypatch.setenv("redis_ip", "127.0.0.254")  # nothing listens there
+    error = error_of(capsys, "watch", "--service-id", "mine", "--timeout", "1")
+    assert "no arbiter run of yours with service id 'mine' is going on" in error
+    assert "no Redis answers at redis://127.0.0.254:6379/0, flatland's default" in error
+    assert "give the evaluation's --redis-url and --service-id" in error
