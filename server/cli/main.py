@@ -15,6 +15,7 @@ import faulthandler
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -102,6 +103,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
         print(f"arbiter: {ending}", file=sys.stderr)
+    if outcome.interrupted and holds_an_evaluation(results_dir):
+        # What is finished is kept: the one who pressed Ctrl-C learns that it can go on from there.
+        print(
+            f"arbiter: to go on from where it stopped: arbiter run --resume --results {shlex.quote(results_dir)} "
+            f"[the same options] -- {shlex.join(agent)}",
+            file=sys.stderr,
+        )
     return outcome.exit_code
 
 
