@@ -371,6 +371,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if isinstance(exc, redis.TimeoutError):
             print(f"arbiter: error: Redis did not answer in time (hung, or out of reach): {exc}", file=sys.stderr)
             return 2
+        if isinstance(exc, redis.exceptions.InvalidResponse):  # a web server, say, on the port given
+            print(f"arbiter: error: what answers at the Redis URL's address is not Redis ({exc})", file=sys.stderr)
+            return 2
         if isinstance(exc, redis.RedisError):  # refused: a database index out of range, a wrong password ...
             print(f"arbiter: error: Redis refused: {exc}", file=sys.stderr)
             return 2

@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -466,3 +468,25 @@ def test_watch_with_no_run_going_on_and_nothing_at_flatlands_redis_says_so(tmp_p
     assert "no arbiter run of yours with service id 'mine' is going on" in error
     assert "no Redis answers at redis://127.0.0.254:6379/0, flatland's default" in error
     assert "give the evaluation's --redis-url and --service-id" in error
+
+
+def test_a_server_that_is_not_redis_is_said_as_such(capsys):
+    """A web server on the port given answered "Redis refused: Protocol error, got "H" ...", as if
+    Redis had refused a command."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer_as_a_web_server() -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(1024)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    answering = threading.Thread(target=answer_as_a_web_server, daemon=True)
+    answering.start()
+    try:
+        assert main(["submissions", "--redis-url", f"redis://127.0.0.1:{server.getsockname()[1]}/0"]) == 2
+    finally:
+        answering.join(timeout=10)
+        server.close()
+    error = capsys.readouterr().err
+    assert error.startswith("arbiter: error: what answers at the Redis URL's address is not Redis (")
