@@ -68,12 +68,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
     if args.resume:
-        tests = resumed_tests(args, spec, tests)
-        if not holds_an_evaluation(args.results):
+        # Asked first: a folder with no evaluation also names no test folder, and asking for one
+        # (--tests DIR) would send the user after the wrong thing.
+        if args.results and not holds_an_evaluation(args.results):
             raise ConfigError(
                 f"--resume: {args.results} holds no evaluation to continue (no {' or '.join(STARTED_FILES)}): "
                 "start one without --resume"
             )
+        tests = resumed_tests(args, spec, tests)
     if not tests and get_format(spec.format).requires_tests:
         tests = format_hook(spec.format, "default_tests", "default test data: give one with --tests DIR")()
     service_id = resolve_service_id(args)
