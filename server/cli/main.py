@@ -15,6 +15,7 @@ import faulthandler
 import json
 import logging
 import os
+import shlex
 import shutil
 import signal
 import sys
@@ -67,12 +68,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     poll_window_us = resolve_poll_window_us()
     tests = resolve_tests(args, spec)
     if args.resume:
-        tests = resumed_tests(args, spec, tests)
-        if not holds_an_evaluation(args.results):
+        # Asked first: a folder with no evaluation also names no test folder, and asking for one
+        # (--tests DIR) would send the user after the wrong thing.
+        if args.results and not holds_an_evaluation(args.results):
             raise ConfigError(
                 f"--resume: {args.results} holds no evaluation to continue (no {' or '.join(STARTED_FILES)}): "
                 "start one without --resume"
             )
+        tests = resumed_tests(args, spec, tests)
     if not tests and get_format(spec.format).requires_tests:
         lacking = "default test data: give one with --tests DIR or the competition's tests key"
         tests = format_hook(spec.format, "default_tests", lacking)()
@@ -103,6 +106,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
         print(f"arbiter: {ending}", file=sys.stderr)
+    if outcome.interrupted and holds_an_evaluation(results_dir):
+        # What is finished is kept: the one who pressed Ctrl-C learns that it can go on from there.
+        print(
+            f"arbiter: to go on from where it stopped: arbiter run --resume --results {shlex.quote(results_dir)} "
+            f"[the same options] -- {shlex.join(agent)}",
+            file=sys.stderr,
+        )
     return outcome.exit_code
 
 
@@ -209,8 +219,32 @@ def cmd_watch(args: argparse.Namespace) -> int:
     from arbiter.server.cli.watch import follow
 
     redis_url, service_id = resolve_watched(args)
+    if resolve_redis_url(args, embedded_ok=True) is None and redis_url == flatland_default_redis():
+        refuse_nothing_to_watch(redis_url, given_service_id(args))
     state = follow(redis_url, service_id, timeout_s=args.timeout, from_start=args.from_start, out=sys.stdout)
     return EXIT_CODES.get(state, 1)
+
+
+def refuse_nothing_to_watch(redis_url: str, service_id: str | None) -> None:
+    """No Redis given and no local run going on: flatland's default Redis is the last guess, and
+    when nothing answers there the likeliest story is a run that has ended, which the bare
+    "cannot reach Redis" did not tell."""
+    import redis
+
+    from arbiter.server.cli.local_runs import runs_folder
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ConfigError(
+            f"no arbiter run of yours{f' with service id {service_id!r}' if service_id else ''} is going on (runs "
+            f"announce themselves in {runs_folder()}), and no Redis answers at {redis_url}, flatland's default "
+            f"({exc}): give the evaluation's --redis-url and --service-id; a run that ended is in its results "
+            "folder (arbiter report DIR)"
+        ) from None
+    finally:
+        client.close()
 
 
 def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
@@ -230,8 +264,11 @@ def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
         return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
     if len(runs) > 1:
         # A URL's password is hidden here: that run's own start lines give its command.
+        # Runs under one service id (T12345, the default) are told apart by their results folders.
         commands = "\n".join(
-            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}" for run in runs
+            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}"
+            f"  # results in {run.get('results')}"
+            for run in runs
         )
         raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
     return flatland_default_redis(), resolve_service_id(args)
@@ -340,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         if isinstance(exc, redis.TimeoutError):
             print(f"arbiter: error: Redis did not answer in time (hung, or out of reach): {exc}", file=sys.stderr)
+            return 2
+        if isinstance(exc, redis.exceptions.InvalidResponse):  # a web server, say, on the port given
+            print(f"arbiter: error: what answers at the Redis URL's address is not Redis ({exc})", file=sys.stderr)
             return 2
         if isinstance(exc, redis.RedisError):  # refused: a database index out of range, a wrong password ...
             print(f"arbiter: error: Redis refused: {exc}", file=sys.stderr)

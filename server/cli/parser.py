@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import tomllib
 from typing import Any
 
@@ -246,9 +247,36 @@ def _generate_parser(commands: argparse._SubParsersAction) -> None:
     )
 
 
+class CommandLineParser(argparse.ArgumentParser):
+    """``arbiter``'s parser. argparse leaves an option no command takes to the top parser, which
+    would print every command's usage and ``arbiter: error``; here the command it was given to
+    says it, with its own usage, and names the option meant when the typo is close to one."""
+
+    commands: dict[str, argparse.ArgumentParser]
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:  # type: ignore[override]
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            command = self.commands.get(getattr(parsed, "command", None) or "", self)
+            command.error(f"unrecognized arguments: {' '.join(extras)}{_meant(command, extras)}")
+        return parsed
+
+
+def _meant(command: argparse.ArgumentParser, extras: list[str]) -> str:
+    """`` (did you mean --results?)`` for the first unknown option close to one the command takes."""
+    known = [option for action in command._actions for option in action.option_strings]
+    for extra in extras:
+        if extra.startswith("--"):
+            close = difflib.get_close_matches(extra.partition("=")[0], known, n=1, cutoff=0.7)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="arbiter", description="A remote evaluator for RL competitions.")
+    parser = CommandLineParser(prog="arbiter", description="A remote evaluator for RL competitions.")
     commands = parser.add_subparsers(dest="command", required=True)
+    parser.commands = commands.choices
 
     run = commands.add_parser(
         "run", help="evaluate an agent locally in one command", usage="arbiter run [options] -- AGENT_COMMAND..."

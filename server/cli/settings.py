@@ -254,9 +254,16 @@ def claim_results(args: argparse.Namespace) -> tuple[str, str | None]:
     another run took it: making it is what claims it, so runs started in the same second never
     share one."""
     if args.results:
+        refuse_unusable_results(args.results)
         return args.results, first_missing(args.results)
-    made_root = _made(DEFAULT_RESULTS_ROOT)
-    os.makedirs(DEFAULT_RESULTS_ROOT, exist_ok=True)
+    try:
+        made_root = _made(DEFAULT_RESULTS_ROOT)
+        os.makedirs(DEFAULT_RESULTS_ROOT, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot make the results folder {DEFAULT_RESULTS_ROOT} in {os.getcwd()} ({exc.strerror}): run from a "
+            "folder you can write in, or give --results DIR"
+        ) from None
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     default = os.path.join(DEFAULT_RESULTS_ROOT, f"run-{stamp}")
     found, number = default, 1
@@ -264,6 +271,25 @@ def claim_results(args: argparse.Namespace) -> tuple[str, str | None]:
         number += 1
         found = f"{default}-{number}"
     return found, DEFAULT_RESULTS_ROOT if made_root else found
+
+
+def refuse_unusable_results(results_dir: str) -> None:
+    """A ``--results`` that is a file, lies under one, or in a folder that cannot be written, is
+    said before anything starts, naming the option: the system's own error, later, names neither
+    the option nor what to do."""
+    if os.path.exists(results_dir) and not os.path.isdir(results_dir):
+        raise ConfigError(f"--results {results_dir} is a file, not a folder: give a folder (a new one is made)")
+    existing = os.path.abspath(results_dir)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise ConfigError(f"--results {results_dir}: {existing} is a file, so no folder can be made under it")
+    # access() answers for this user and this mount: a read-only file system is refused as well.
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError(
+            f"--results {results_dir}: {existing} cannot be written (no write permission, or a read-only file "
+            "system); give another folder"
+        )
 
 
 def _made(folder: str) -> bool:

@@ -160,7 +160,13 @@ def folder_written_whole(out_dir: str | os.PathLike[str], *, overwrite: bool) ->
     removed if it raises). An ``out_dir`` that holds anything is refused unless ``overwrite``, then
     replaced whole: never written into, never half old, half new."""
     out = Path(out_dir)
-    if out.exists() and (not out.is_dir() or any(out.iterdir())) and not overwrite:
+    if out.exists() and not out.is_dir():
+        # --overwrite replaces a folder of data: a file there is someone's, never removed for it.
+        raise FileExistsError(f"{out} is a file, not a folder: give another --out")
+    if out.exists() and overwrite and Path.cwd().resolve().is_relative_to(out.resolve()):
+        # Replacing the folder one works in moves it away under one's feet (or fails half way).
+        raise FileExistsError(f"{out} holds the current folder, which --overwrite would remove: give another --out")
+    if out.exists() and any(out.iterdir()) and not overwrite:
         # Said in the command's words: the functions' own keyword is overwrite=True.
         raise FileExistsError(f"{out} exists and is not empty; give --overwrite to replace it")
     out.parent.mkdir(parents=True, exist_ok=True)

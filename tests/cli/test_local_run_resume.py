@@ -164,6 +164,17 @@ def test_run_resume_needs_a_folder_holding_an_evaluation(tmp_path):
     assert done.returncode == 2
     assert f"--resume: {empty} holds no evaluation to continue (no events.jsonl or episodes.jsonl)" in done.stderr
     assert not any(empty.iterdir())
+    # A Flatland run, whose resume looks for the test folder the evaluation started on: the folder
+    # holding nothing is what is said, not "give it with --tests DIR".
+    missing = tmp_path / "missing"
+    done = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(missing), "--", "true"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2 and f"--resume: {missing} holds no evaluation to continue" in done.stderr
+    assert not missing.exists()
 
 
 def test_a_resume_under_other_settings_than_the_evaluation_started_with_is_refused(tiny_tests, tmp_path):

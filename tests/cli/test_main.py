@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -420,3 +422,95 @@ def test_progress_lines_nobody_reads_any_more_never_fail_the_evaluation(tmp_path
             run.wait()
     summary = json.loads((results / "summary.json").read_text())
     assert summary["state"] == "SUCCESS" and summary["episodes"]["finished"] == 4
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_results_folder_that_is_or_lies_under_a_file_is_refused_before_anything_starts(capsys, tmp_path, command):
+    """The system's own error ("File exists", "Not a directory") named neither --results nor what to do."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept\n")
+    agent = ["--", sys.executable, "-c", "pass"] if command == "run" else []
+    start = [command, "--competition", "two-phase-cartpole", "--redis-url", "redis://127.0.0.1:1/0"]
+    if command == "run":
+        start = start[:-2]  # its own Redis: nothing is started before the folder is checked
+    error = error_of(capsys, *start, "--results", str(a_file), *agent)
+    assert f"--results {a_file} is a file, not a folder" in error
+    error = error_of(capsys, *start, "--results", str(a_file / "sub"), *agent)
+    assert f"--results {a_file / 'sub'}: {a_file} is a file, so no folder can be made under it" in error
+    assert a_file.read_text() == "kept\n" and os.listdir(tmp_path) == ["notes.txt"]
+
+
+def test_generate_overwrite_replaces_a_folder_of_data_never_a_file_nor_the_folder_one_is_in(
+    capsys, tmp_path, monkeypatch
+):
+    """--overwrite removed a file at --out to put a folder in its place; given the current folder,
+    it failed half way ("Device or resource busy") and left a stray folder in it."""
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("kept\n")
+    generate = ["generate", "--format", "metalc", "--datasets", "6", "--algorithms", "1", "--overwrite", "--out"]
+    assert f"{a_file} is a file, not a folder: give another --out" in error_of(capsys, *generate, str(a_file))
+    assert a_file.read_text() == "kept\n"
+    inner = tmp_path / "work" / "inner"
+    inner.mkdir(parents=True)
+    (inner / "kept.txt").write_text("kept\n")
+    monkeypatch.chdir(inner)
+    for out in (".", ".."):
+        assert f"{out} holds the current folder, which --overwrite would remove" in error_of(capsys, *generate, out)
+    assert sorted(os.listdir(inner)) == ["kept.txt"] and os.listdir(inner.parent) == ["inner"]
+    data = tmp_path / "work" / "data"
+    data.mkdir()
+    (data / "old.txt").write_text("")
+    assert main([*generate, str(data)]) == 0
+    assert "old.txt" not in os.listdir(data)  # a folder of data beside it is replaced whole, as ever
+
+
+def test_several_local_runs_are_listed_with_their_results_folders(tmp_path, monkeypatch, capsys):
+    """Two runs under the default service id gave two lines that differed only in a socket path."""
+    monkeypatch.setenv(RUNS_DIR_VARIABLE, str(tmp_path / "runs"))
+    announce_run("unix:///tmp/a/redis.sock?db=0", "T12345", str(tmp_path / "first"))
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        with open(os.path.join(tmp_path, "runs", f"{other.pid}.json"), "w", encoding="utf-8") as handle:
+            run = {"pid": other.pid, "redis_url": "unix:///tmp/b/redis.sock?db=0", "service_id": "T12345"}
+            json.dump({**run, "results": str(tmp_path / "second")}, handle)
+        assert main(["watch"]) == 2
+        lines = capsys.readouterr().err.splitlines()[1:]
+        said = sorted(line.rpartition("  # results in ")[2] for line in lines)
+        assert said == [str(tmp_path / "first"), str(tmp_path / "second")]
+        assert all(line.startswith("  arbiter watch --redis-url ") for line in lines)
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_watch_with_no_run_going_on_and_nothing_at_flatlands_redis_says_so(tmp_path, monkeypatch, capsys):
+    """What a watcher sees after their run ended: not only "cannot reach Redis at 127.0.0.1:6379"."""
+    monkeypatch.setenv(RUNS_DIR_VARIABLE, str(tmp_path / "runs"))
+    monkeypatch.delenv("ARBITER_REDIS_URL", raising=False)
+    monkeypatch.setenv("redis_ip", "127.0.0.254")  # nothing listens there
+    error = error_of(capsys, "watch", "--service-id", "mine", "--timeout", "1")
+    assert "no arbiter run of yours with service id 'mine' is going on" in error
+    assert "no Redis answers at redis://127.0.0.254:6379/0, flatland's default" in error
+    assert "give the evaluation's --redis-url and --service-id" in error
+
+
+def test_a_server_that_is_not_redis_is_said_as_such(capsys):
+    """A web server on the port given answered "Redis refused: Protocol error, got "H" ...", as if
+    Redis had refused a command."""
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def answer_as_a_web_server() -> None:
+        connection, _ = server.accept()
+        with connection:
+            connection.recv(1024)
+            connection.sendall(b"HTTP/1.1 400 Bad Request\r\n\r\n")
+
+    answering = threading.Thread(target=answer_as_a_web_server, daemon=True)
+    answering.start()
+    try:
+        assert main(["submissions", "--redis-url", f"redis://127.0.0.1:{server.getsockname()[1]}/0"]) == 2
+    finally:
+        answering.join(timeout=10)
+        server.close()
+    error = capsys.readouterr().err
+    assert error.startswith("arbiter: error: what answers at the Redis URL's address is not Redis (")

@@ -295,8 +295,11 @@ def test_ctrl_c_says_in_one_line_that_the_agent_was_stopped(redis_url, service_i
     assert run.returncode == 130
     assert "Traceback" not in err + out and "KeyboardInterrupt" not in err + out
     assert err.count("interrupted") == 1
-    assert err.splitlines()[-1] == "arbiter: interrupted: the agent was stopped"
+    assert err.splitlines()[-2] == "arbiter: interrupted: the agent was stopped"
     assert "state: INTERRUPTED - stopped by SIGINT" in err
+    # and how to go on with it: nothing finished is lost
+    resume = f"arbiter run --resume --results {tmp_path / 'r'} [the same options] -- {sys.executable} {agent} {playing}"
+    assert err.splitlines()[-1] == f"arbiter: to go on from where it stopped: {resume}"
 
 
 # --- 8. following a run from another terminal -----------------------------------------------------

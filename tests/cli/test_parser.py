@@ -173,3 +173,22 @@ def test_a_phase_the_format_does_not_have_is_refused_by_it(competition, phase, m
     args = build_parser().parse_args(["serve", "--competition", competition, "--phase", phase])
     with pytest.raises(ConfigError, match=message):
         resolve_spec(args)
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ("run", "--resutls", "out", "--", "python", "a.py"),
+            "unrecognized arguments: --resutls (did you mean --results?)",
+        ),
+        (("watch", "--sevice-id", "x"), "unrecognized arguments: --sevice-id x (did you mean --service-id?)"),
+        (("report", "r", "--zzz"), "unrecognized arguments: --zzz\n"),
+    ],
+)
+def test_an_option_the_command_does_not_take_is_said_by_that_command(capsys, argv, said):
+    """As the command line's page says: the command's own usage and ``arbiter COMMAND: error``,
+    not every command's usage, and the option meant when the typo is close to one."""
+    error = refused(capsys, *argv)
+    assert error.startswith(f"usage: arbiter {argv[0]} ")
+    assert f"arbiter {argv[0]}: error: {said}" in error

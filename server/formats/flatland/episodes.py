@@ -208,7 +208,8 @@ class FlatlandTestFolder:
 
     def __init__(self, tests_dir: str, seed: int | None = 1001, max_episodes: int | None = None):
         if not os.path.isdir(tests_dir):
-            raise ConfigError(f"test folder {tests_dir!r} does not exist")
+            what = "is a file, not a folder" if os.path.exists(tests_dir) else "does not exist"
+            raise ConfigError(f"test folder {tests_dir!r} {what}")
         self.tests_dir = tests_dir
         self.seed = seed
         try:

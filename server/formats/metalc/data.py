@@ -189,6 +189,10 @@ def check_time_budget(features: dict[str, str], source: str) -> int:
 
 def load_meta_dataset(root: str) -> MetaDataset:
     """Read a meta-dataset folder (see the module docstring)."""
+    if not os.path.isdir(root):  # a typo in --tests, said as one rather than as a folder's missing part
+        raise ConfigError(
+            f"meta-dataset {root!r} {'is a file, not a folder' if os.path.exists(root) else 'does not exist'}"
+        )
     for sub in ("dataset_meta_features", "algorithms_meta_features", *SPLITS):
         if not os.path.isdir(os.path.join(root, sub)):
             raise ConfigError(f"{root}: not a MetaLC meta-dataset (no {sub}/ folder)")

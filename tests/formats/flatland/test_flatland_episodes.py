@@ -68,6 +68,9 @@ def test_the_folder_lists_its_episodes_in_test_and_level_order_with_their_metada
 def test_broken_folders_are_refused_saying_what_is_missing(tiny_tests, tmp_path):
     with pytest.raises(ConfigError, match="does not exist"):
         FlatlandTestFolder(str(tmp_path / "nowhere"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):  # not "does not exist": it does
+        FlatlandTestFolder(str(tmp_path / "a-file"))
     copy = tmp_path / "copy"
     shutil.copytree(tiny_tests, copy)
     os.remove(copy / "metadata.csv")

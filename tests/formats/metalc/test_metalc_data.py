@@ -146,3 +146,12 @@ def test_a_curves_lookups_follow_the_challenges_rules_on_any_curve():
         for time in [*times.tolist(), 0.0, -0.0, 101.0, math.nan]:
             got, expected = curve.score_at(time), at(times, scores, time)
             assert got == expected and type(got) is type(expected), (times, time)
+
+
+def test_a_meta_dataset_that_is_no_folder_is_said_as_such(tmp_path):
+    """A typo in --tests was said as a meta-dataset missing its dataset_meta_features/ folder."""
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_meta_dataset(str(tmp_path / "nowhere"))
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(ConfigError, match="is a file, not a folder"):
+        load_meta_dataset(str(tmp_path / "a-file"))
