@@ -273,8 +273,19 @@ def _meant(command: argparse.ArgumentParser, extras: list[str]) -> str:
     return ""
 
 
+def _installed_version() -> str:
+    """The version of the installed distribution (what a bug report should name)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("arbiter")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = CommandLineParser(prog="arbiter", description="A remote evaluator for RL competitions.")
+    parser.add_argument("--version", action="version", version=f"arbiter {_installed_version()}")
     commands = parser.add_subparsers(dest="command", required=True)
     parser.commands = commands.choices
 

@@ -52,11 +52,15 @@ class Progress:
         debug: bool,
         redis: str,
         nouns: tuple[str, str] | None = None,
+        on_record: int = 0,
     ) -> None:
         label = " [DEBUG run: shortened, not an official score]" if debug else ""
         of_source = f" of {tests}" if tests else ""  # a plan that names no source (Plan.source) is said without
+        # A resumed evaluation says what it goes on from: the items its folder holds are not played again.
+        kept = f", {on_record} already on record" if on_record else ""
         self.note(
-            f"arbiter: evaluating {count_items(episodes, self.format_name, nouns)}{of_source} ({competition}){label}\n"
+            f"arbiter: evaluating {count_items(episodes, self.format_name, nouns)}{of_source}{kept} ({competition})"
+            f"{label}\n"
             f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
         )
 

@@ -116,7 +116,8 @@ class Endings:
     def all_handed_out(self) -> str:
         """Why no item is left: all were evaluated, or the rule stopped the evaluation before."""
         evaluation = self.evaluation
-        return evaluation.stop_cause or f"all {self.items_said(evaluation.total)} evaluated"
+        every = "the" if evaluation.total == 1 else "all"  # "all 1 episode" reads as a slip
+        return evaluation.stop_cause or f"{every} {self.items_said(evaluation.total)} evaluated"
 
     def check_overall(self, now: float) -> None:
         evaluation = self.evaluation

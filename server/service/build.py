@@ -200,6 +200,7 @@ def start_service(
         service_id=service_id,
         tests=service.evaluation.plan.source,
         episodes=service.evaluation.total,
+        on_record=len({record["index"] for record in service.evaluation.records}),  # a resume's
         nouns=service.evaluation.plan.item_nouns,
         competition=spec.name,
         debug=spec.debug,

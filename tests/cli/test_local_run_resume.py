@@ -133,11 +133,12 @@ def test_run_resume_continues_a_killed_run_with_its_own_redis_and_scores_as_an_u
     results = tmp_path / "r"
     killed_after_its_first_episode(["--tests", tiny_tests, "--participant", "ada"], results, tmp_path, environment)
     resumed = subprocess.run(
-        [*ARBITER, "run", "--resume", "--results", str(results), "--quiet", "--", sys.executable, "-c", FORWARD_AGENT],
+        [*ARBITER, "run", "--resume", "--results", str(results), "--", sys.executable, "-c", FORWARD_AGENT],
         cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr
     assert f"playing the test folder the evaluation started on, {os.path.abspath(tiny_tests)}" in resumed.stderr
+    assert f"arbiter: evaluating 3 episodes of {tiny_tests}, 1 already on record (" in resumed.stderr
     whole = subprocess.run(
         [*ARBITER, "run", "--tests", tiny_tests, "--results", str(tmp_path / "whole"), "--quiet",
          "--", sys.executable, "-c", FORWARD_AGENT],

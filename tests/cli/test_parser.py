@@ -192,3 +192,12 @@ def test_an_option_the_command_does_not_take_is_said_by_that_command(capsys, arg
     error = refused(capsys, *argv)
     assert error.startswith(f"usage: arbiter {argv[0]} ")
     assert f"arbiter {argv[0]}: error: {said}" in error
+
+
+def test_version_names_the_installed_distribution(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as exited:
+        build_parser().parse_args(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"arbiter {version('arbiter')}"

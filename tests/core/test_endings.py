@@ -145,7 +145,7 @@ def test_all_items_played_without_a_submit_is_a_success(redis_url, service_id, t
         summary = finish(outcome)
         env.close()
     assert summary["state"] == "SUCCESS" and summary["score"]["primary"] == 10.0
-    assert re.fullmatch(r"all 1 [a-z ]+ evaluated; no ENV_SUBMIT within the idle budget of 0.3 s",
+    assert re.fullmatch(r"the 1 [a-z ]+ evaluated; no ENV_SUBMIT within the idle budget of 0.3 s",
                         summary["termination_cause"])  # fmt: skip
 
 
@@ -182,7 +182,7 @@ def test_an_agent_that_exits_after_its_last_episode_keeps_its_score(redis_url, s
         service.agent_exited(0)
         summary = finish(outcome)
     assert summary["state"] == "SUCCESS" and summary["score"]["primary"] == 10.0
-    assert re.fullmatch(r"all 1 [a-z ]+ evaluated; the agent exited without ENV_SUBMIT", summary["termination_cause"])
+    assert re.fullmatch(r"the 1 [a-z ]+ evaluated; the agent exited without ENV_SUBMIT", summary["termination_cause"])
 
 
 def test_an_agent_quiet_between_episodes_ends_the_evaluation_with_the_rest_not_played(redis_url, service_id, tmp_path):
