@@ -216,7 +216,8 @@ def run_local(
     made_folder: str | None = None,
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
-    a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
+    a new agent (a hosted submission whose worker was lost); one with every item on record ends
+    at once, without the agent (nothing is left to play). ``agent``: the agent to start, built
     and checked by the caller (a hosted evaluation's, with its own Redis user, in a container or
     not); by default ``agent_command``, given ``redis_url`` in its environment. ``stop_check``:
     asked every ``STOP_CHECK_S`` while the agent runs; a reason it returns stops the evaluation
@@ -268,9 +269,20 @@ def run_local(
             poll_window_us=poll_window_us,
         )
         name_submission(service, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at)
-        announcement = announce_run(redis_url, service_id, results_dir)
-        progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
-        if not service.stop_requested:  # stopped while it started: the agent never runs
+        evaluation = service.evaluation
+        # Killed after its last item and before its summary: an agent would be told at once there
+        # is nothing to play, which not every agent's loop expects (Endings.nothing_left_to_play).
+        nothing_left = resume and evaluation.next_index >= evaluation.total and not evaluation.finished
+        if nothing_left:
+            progress.note(
+                f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to "
+                "play, so the agent is not started"
+            )
+            evaluation.endings.nothing_left_to_play(evaluation.clock())
+        else:
+            announcement = announce_run(redis_url, service_id, results_dir)
+            progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
+        if not service.stop_requested and not nothing_left:  # stopped while it started: the agent never runs
             try:
                 agent.start()
             except OSError as exc:
@@ -286,7 +298,8 @@ def run_local(
                     target=_watch_stop_check, args=(stop_check, service, agent), name="stop-check", daemon=True
                 ).start()
         # An agent still running when the evaluation ended is told so at its next request.
-        summary = run_to_end(service, progress, results_dir, answer_after_end_s=AGENT_EXIT_GRACE_S)
+        after_end_s = AGENT_EXIT_GRACE_S if agent_started else 0.0
+        summary = run_to_end(service, progress, results_dir, answer_after_end_s=after_end_s)
         status = None
         if agent.process is not None:
             agent.stop(evaluation_ended_at=service.ended_at if service.ended_at is not None else time.monotonic())

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import paths
+import pytest
 from harness import play_episode, read_episodes, read_summary, wait_for
 
 from arbiter.client import RemoteClient
@@ -206,3 +208,45 @@ def test_a_resume_under_another_format_is_refused_before_it_writes_anything(tiny
         assert ("competition 'flatland-neurips2020' (given now: 'two-phase-cartpole')" if events == "kept" else
                 "the results folder does not belong to this test set or plan: item 0") in refused.stderr  # fmt: skip
         assert {path.name: path.read_bytes() for path in results.iterdir()} == before, events
+
+
+DIAMBRA_EXAMPLE = str(paths.REPO / "examples" / "diambra_agent" / "agent.py")
+
+
+def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(redis_url, service_id, tmp_path):
+    """Killed after its last item and before its summary: nothing is left to play, so the agent is
+    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1); the run
+    ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
+    pytest.importorskip("diambra.arena")
+    options = ["--competition", "diambra", "--set", "episodes=1", "--set", "frame_shape=[64, 64, 1]",
+               "--redis-url", redis_url]  # fmt: skip
+    played = tmp_path / "played"
+    whole = subprocess.run(
+        [*ARBITER, "run", *options, "--service-id", service_id + "-a", "--results", str(played), "--quiet",
+         "--", sys.executable, DIAMBRA_EXAMPLE],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    # What a SIGKILL between the last item's record and the summary leaves.
+    results = tmp_path / "killed"
+    shutil.copytree(played, results)
+    (results / "summary.json").unlink()
+    events = (results / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (results / "events.jsonl").write_text("".join(e for e in events if '"event":"finished"' not in e), "utf-8")
+
+    resumed = subprocess.run(
+        [*ARBITER, "run", "--resume", *options, "--service-id", service_id, "--results", str(results),
+         "--", sys.executable, DIAMBRA_EXAMPLE],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "nothing is left to play, so the agent is not started" in resumed.stderr
+    assert "submitted:" not in resumed.stdout  # the agent never ran
+    summary = read_summary(str(results))
+    assert summary["state"] == "SUCCESS"
+    assert summary["termination_cause"] == (
+        "all 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
+        "so no agent was started"
+    )
+    assert summary["score"] == read_summary(str(played))["score"]
+    assert summary["counters"]["resumed"] == 1
