@@ -157,6 +157,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             redis_outage_s=args.redis_outage_timeout,
             poll_window_us=poll_window_us,
             redis_private=args.private_redis,
+            command="serve",
         )
     except BaseException:  # nothing was evaluated (its Redis out of reach, say): no folder is left of it
         if made_folder is not None:

@@ -214,6 +214,7 @@ def run_local(
     submitted_at: float | None = None,
     poll_window_us: float = EVALUATOR_WINDOW_US,
     made_folder: str | None = None,
+    command: str | None = "run",
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
     a new agent (a hosted submission whose worker was lost); one with every item on record ends
@@ -225,7 +226,8 @@ def run_local(
     ``participant``: whose evaluation it is (``name_submission``), submitted at ``submitted_at``
     (a Unix time; by default when the evaluation started). ``made_folder``: a folder the caller
     made for the results (``claim_results``), removed like one the run makes if it fails before
-    the agent starts."""
+    the agent starts. ``command``: what the evaluation's messages name as its way to resume
+    (``build_service``; a hosted attempt's, None, is resumed by its farm)."""
     embedded: EmbeddedRedis | None = None
     announcement: str | None = None
     created = first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
@@ -267,6 +269,7 @@ def run_local(
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
             poll_window_us=poll_window_us,
+            command=command,
         )
         name_submission(service, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at)
         evaluation = service.evaluation

@@ -4,6 +4,7 @@ test folder: the folder the run played comes from `seed.json`."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
 import shutil
@@ -34,8 +35,10 @@ time.sleep(120)
 """
 
 
-def killed_after_its_first_episode(options: list[str], results, cwd, environment: dict[str, str]) -> None:
-    """`arbiter run` with ``options``, its agent playing one episode, killed (SIGKILL) once that
+def killed_after_its_first_episode(
+    options: list[str], results, cwd, environment: dict[str, str], signum: int = signal.SIGKILL
+) -> None:
+    """`arbiter run` with ``options``, its agent playing one episode, killed (``signum``) once that
     episode is on record."""
     run = subprocess.Popen(
         [*ARBITER, "run", *options, "--results", str(results), "--quiet", "--", sys.executable, "-c",
@@ -44,7 +47,7 @@ def killed_after_its_first_episode(options: list[str], results, cwd, environment
     )  # fmt: skip
     try:
         wait_for(lambda: len(read_episodes(str(results), missing_ok=True)) == 1, what="the first episode's record")
-        run.send_signal(signal.SIGKILL)
+        run.send_signal(signum)
         run.wait(timeout=30)
     finally:
         if run.poll() is None:
@@ -250,3 +253,29 @@ def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(re
     )
     assert summary["score"] == read_summary(str(played))["score"]
     assert summary["counters"]["resumed"] == 1
+
+
+def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, service_id, tiny_tests, tmp_path):
+    """What a user reads about an `arbiter run` stopped or killed before its end (its report, a
+    results folder it cannot write) names `arbiter run --resume`, the way to go on with it."""
+    results = tmp_path / "r"
+    options = ["--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id]
+    killed_after_its_first_episode(options, results, tmp_path, dict(os.environ), signum=signal.SIGTERM)
+    assert read_summary(str(results))["state"] == "INTERRUPTED"
+    resume = f"`arbiter run --resume --results {results} -- AGENT_COMMAND`"
+    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    page = html.unescape((results / "report.html").read_text(encoding="utf-8"))
+    assert f"the evaluation was interrupted before it ended ({resume} continues it)" in page
+    (results / "summary.json").unlink()  # as a SIGKILL leaves it
+    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 2 and f"its evaluator was killed ({resume} finishes it)" in report.stderr
+
+    from arbiter.server.service.results import ResultsStore, ResultsUnwritable
+
+    store = ResultsStore(str(tmp_path / "gone"), ["index"], lambda record: {"index": record["index"]})
+    store.command = "run"
+    store.start_fresh()
+    shutil.rmtree(tmp_path / "gone")
+    with pytest.raises(ResultsUnwritable, match="`arbiter run --resume --results DIR -- AGENT_COMMAND` continues it"):
+        store.write_summary({"state": "INTERRUPTED"})
