@@ -17,7 +17,7 @@ from arbiter.server.core.resume import restore, resume_point
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
-from arbiter.server.service.endings_told import answer_after_end, ended_unasked
+from arbiter.server.service.endings_told import answer_after_end, ended_unasked, withdraw_stop_notices
 from arbiter.server.service.events import (
     EventLog,
     chain,
@@ -123,6 +123,8 @@ def build_service(
                     evaluation.replayed.append(unsaid)  # a killed run's, said now (unsaid_withdrawals.py)
             if not resume:
                 transport.clear()  # the events stream too: a watcher sees this evaluation only
+            else:
+                withdraw_stop_notices(transport)  # the evaluation goes on (endings_told.py)
             # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
             # sends it again): counted before the started event, so a request sent once the event is
             # out is handled, never taken for a leftover and left for the client's resend.
