@@ -4,13 +4,18 @@ Flatland, ``RemoteEnv`` for envs that live on the server).
 Every request carries this client's session id and a sequence number, so the evaluator applies
 it once however often it is resent; every wait has a timeout (a dead evaluator raises
 ``ServerUnavailable``, never hangs); the errors list is checked before every request, and a
-timeout found there raises ``TimeoutException``. The handshake takes the evaluation over from a
+timeout found there raises ``TimeoutException``, an ending (the evaluation ended, or its
+evaluator was stopped) its ``EvaluationError``. A request to arbiter's evaluator whose reply is
+late looks at the errors list too, each time it is sent again: an agent whose request came just
+after the evaluator stopped learns it then, not at the end of its reply timeout (a reply in time
+costs nothing more). The handshake takes the evaluation over from a
 client that went silent (an agent that crashed and was started again): the evaluator says when
 that becomes possible, and the PING is sent again then, within the reply timeout.
 """
 
 from __future__ import annotations
 
+import collections
 import functools
 import logging
 import time
@@ -81,6 +86,9 @@ class Wire:
         self._take_error_packed = pack(("RPOP", self.errors_key))  # in every step's packet: packed once
         self.server_info: dict[str, Any] = {}  # the PONG's extension: what the evaluator runs
         self.resend_all = False  # arbiter's evaluator answered: every request may be resent
+        # Errors-list entries a late reply's look took that were not an ending (a timeout): given
+        # to the next request as if it had taken them itself (``_take_error``).
+        self._held: collections.deque[bytes] = collections.deque()
 
     # -- one session, several processes -------------------------------------------------------
 
@@ -190,7 +198,7 @@ class Wire:
         give_up = time.monotonic() + wait_s
         # A step to arbiter's evaluator checks the errors list in its own packet: a step sent after
         # a timeout is refused there, never applied, so the timeout is raised all the same.
-        fold = type_ == FLATLAND_RL.ENV_STEP and raise_pending and self.resend_all and self.pipelined
+        fold = type_ == FLATLAND_RL.ENV_STEP and raise_pending and self.resend_all and self.pipelined and not self._held
         if not fold:
             pending = self._with_reconnect(self._take_error, type_, give_up)
             if raise_pending:
@@ -199,7 +207,7 @@ class Wire:
         message = self._tagged(type_, payload, channel)
         while True:
             response = self._send_and_await(
-                type_, message, channel, give_up=give_up, wait_s=wait_s, fold=fold, maps=maps
+                type_, message, channel, give_up=give_up, wait_s=wait_s, fold=fold, maps=maps, look=raise_pending
             )
             if fold:
                 self._raise_pending_timeout(self._folded_error)  # it decided the step's fate: first
@@ -230,10 +238,13 @@ class Wire:
         wait_s: float,
         fold: bool = False,
         maps: Callable[[dict], Any] = codec.map_from_wire,
+        look: bool = False,
     ) -> dict[str, Any]:
         """Push ``message`` and return the reply on ``channel``; a request that may be resent is
         sent again every ``resend_after_s`` until ``give_up``. ``fold``: the first packet also
-        takes the errors list's next entry, into ``_folded_error``."""
+        takes the errors list's next entry, into ``_folded_error``. ``look``: while the reply is
+        late, an ending found on the errors list is raised (``_look_for_ending``); never for a
+        handshake, whose evaluator may not have cleared an earlier evaluation's yet."""
         resend = type_ == FLATLAND_RL.PING or self.resend_all
         push_with_wait = resend and self.pipelined
         self._folded_error = None
@@ -256,6 +267,8 @@ class Wire:
                 # The errors list already decided this step (a timeout: it is refused; or the
                 # evaluation's end): a reply could only say so, and an evaluator gone gives none.
                 self._raise_pending_timeout(self._folded_error)
+            if look and self.resend_all:
+                self._look_for_ending(type_, give_up)
             if time.monotonic() >= give_up:
                 raise ServerUnavailable(
                     f"no reply to {type_} from the evaluator within {wait_s:g} s "
@@ -269,10 +282,28 @@ class Wire:
         return response
 
     def _take_error(self) -> bytes | None:
-        """The errors list's next entry, on the connection the requests use (redis-py's own
-        call costs as much again in Python as the round trip)."""
+        """The errors list's next entry (one a late reply's look held first), on the connection
+        the requests use (redis-py's own call costs as much again in Python as the round trip)."""
+        if self._held:
+            return self._held.popleft()
         (error,) = self.packets.run([("RPOP", self.errors_key)])
         return error
+
+    def _look_for_ending(self, type_: str, give_up: float) -> None:
+        """A reply is late: whether the errors list says the evaluation ended or its evaluator was
+        stopped, raised as the EvaluationError it holds. Anything else found there (a timeout) is
+        held for the next request, which raises it as it would have."""
+        while True:
+            (entry,) = self._with_reconnect(lambda: self.packets.run([("RPOP", self.errors_key)]), type_, give_up)
+            if entry is None:
+                return
+            try:
+                message = codec.decode(entry, codec.COMMAND_LIMITS)
+            except ArbiterError:
+                message = None
+            if isinstance(message, dict) and message.get("type") == FLATLAND_RL.ERROR:
+                self._raise_pending_timeout(entry)  # an ending: raised
+            self._held.append(entry)
 
     def _push_and_wait(self, message: bytes, channel: str, block_s: float, take_error: bool = False) -> Any:
         """LPUSH the request and BLPOP its reply in one packet: one round trip where two would

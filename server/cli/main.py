@@ -172,12 +172,20 @@ def cmd_serve(args: argparse.Namespace) -> int:
             redis_outage_s=args.redis_outage_timeout,
             poll_window_us=poll_window_us,
             redis_private=args.private_redis,
+            command="serve",
         )
     except BaseException:  # nothing was evaluated (its Redis out of reach, say): no folder is left of it
         if made_folder is not None:
             shutil.rmtree(made_folder, ignore_errors=True)
         raise
     name_submission(service, args.participant, results_dir=results_dir, resume=args.resume)
+    evaluation = service.evaluation
+    if args.resume and evaluation.next_index >= evaluation.total and not evaluation.finished:
+        # The agent is not this process's: one that lived on may still send its ENV_SUBMIT.
+        progress.note(
+            f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to play; "
+            f"waiting up to the idle budget ({evaluation.budgets.idle_s:g} s) for the agent's ENV_SUBMIT"
+        )
     # An agent waiting on a reply when the evaluation ended by itself is told how, not left to its timeout.
     summary = run_to_end(service, progress, results_dir, answer_after_end_s=ANSWER_AFTER_END_S, agent_watched=False)
     return EXIT_CODES[summary["state"]]

@@ -214,9 +214,11 @@ def run_local(
     submitted_at: float | None = None,
     poll_window_us: float = EVALUATOR_WINDOW_US,
     made_folder: str | None = None,
+    command: str | None = "run",
 ) -> RunOutcome:
     """``resume``: continue the evaluation in ``results_dir`` after its last finished item, with
-    a new agent (a hosted submission whose worker was lost). ``agent``: the agent to start, built
+    a new agent (a hosted submission whose worker was lost); one with every item on record ends
+    at once, without the agent (nothing is left to play). ``agent``: the agent to start, built
     and checked by the caller (a hosted evaluation's, with its own Redis user, in a container or
     not); by default ``agent_command``, given ``redis_url`` in its environment. ``stop_check``:
     asked every ``STOP_CHECK_S`` while the agent runs; a reason it returns stops the evaluation
@@ -224,7 +226,8 @@ def run_local(
     ``participant``: whose evaluation it is (``name_submission``), submitted at ``submitted_at``
     (a Unix time; by default when the evaluation started). ``made_folder``: a folder the caller
     made for the results (``claim_results``), removed like one the run makes if it fails before
-    the agent starts."""
+    the agent starts. ``command``: what the evaluation's messages name as its way to resume
+    (``build_service``; a hosted attempt's, None, is resumed by its farm)."""
     embedded: EmbeddedRedis | None = None
     announcement: str | None = None
     created = first_missing(results_dir) or made_folder  # removed again if the run fails before the agent starts
@@ -266,11 +269,23 @@ def run_local(
             on_stop_signal=agent.interrupt,
             redis_label=redis_label,
             poll_window_us=poll_window_us,
+            command=command,
         )
         name_submission(service, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at)
-        announcement = announce_run(redis_url, service_id, results_dir)
-        progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
-        if not service.stop_requested:  # stopped while it started: the agent never runs
+        evaluation = service.evaluation
+        # Killed after its last item and before its summary: an agent would be told at once there
+        # is nothing to play, which not every agent's loop expects (Endings.nothing_left_to_play).
+        nothing_left = resume and evaluation.next_index >= evaluation.total and not evaluation.finished
+        if nothing_left:
+            progress.note(
+                f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to "
+                "play, so the agent is not started"
+            )
+            evaluation.endings.nothing_left_to_play(evaluation.clock())
+        else:
+            announcement = announce_run(redis_url, service_id, results_dir)
+            progress.note(f"arbiter: to follow it from another terminal: {_follow_hint(redis_url, service_id)}")
+        if not service.stop_requested and not nothing_left:  # stopped while it started: the agent never runs
             try:
                 agent.start()
             except OSError as exc:
@@ -286,7 +301,8 @@ def run_local(
                     target=_watch_stop_check, args=(stop_check, service, agent), name="stop-check", daemon=True
                 ).start()
         # An agent still running when the evaluation ended is told so at its next request.
-        summary = run_to_end(service, progress, results_dir, answer_after_end_s=AGENT_EXIT_GRACE_S)
+        after_end_s = AGENT_EXIT_GRACE_S if agent_started else 0.0
+        summary = run_to_end(service, progress, results_dir, answer_after_end_s=after_end_s)
         status = None
         if agent.process is not None:
             agent.stop(evaluation_ended_at=service.ended_at if service.ended_at is not None else time.monotonic())

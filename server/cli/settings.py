@@ -308,8 +308,8 @@ def refuse_earlier_results(results_dir: str) -> None:
     if earlier:
         raise ConfigError(
             f"{results_dir} already holds an evaluation's results ({', '.join(earlier)}): give another --results "
-            f"folder, remove that one, or go on with the evaluation it holds (--resume --results {results_dir}, "
-            "with the same options)"
+            "folder, remove that one, or go on with the evaluation it holds "
+            f"(arbiter run --resume --results {results_dir}, with the same options)"
         )
 
 

@@ -141,6 +141,19 @@ class Endings:
             cause = f"{how or f'the agent process exited with status {status}'} before submitting"
             self._end_early(cause, now, after)
 
+    def nothing_left_to_play(self, now: float) -> None:
+        """A resume found every item on record (its run was killed before its summary) and the
+        agent is this process's to start (``arbiter run``): it is not started, as an agent would
+        only be told there is nothing to play, which the loops some communities write do not
+        expect (DIAMBRA's steps after its first reset); the evaluation ends as the uninterrupted
+        one whose agent went quiet after its last item."""
+        self.finish(
+            State.SUCCESS,
+            f"{self.all_handed_out()}; every item was on record when the evaluation resumed: "
+            "nothing was left to play, so no agent was started",
+            now,
+        )
+
     def fail_for_misbehaviour(self, cause: str, now: float) -> None:
         """The agent attacked the evaluation (a flood): no score; finished episodes stay written."""
         if not self.evaluation.finished:

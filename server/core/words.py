@@ -39,3 +39,21 @@ def quoted_from_agent(value: object, limit: int = 80) -> str:
     cut = len(text) > limit
     text = "".join(ch if ch.isprintable() else repr(ch)[1:-1] for ch in text[:limit])
     return text + ("..." if cut else "")
+
+
+# What continues an interrupted evaluation, by the command that ran it (the ``command`` of its
+# ``started`` event): the one the user ran, never the other.
+RESUME_COMMANDS = {
+    "run": "`arbiter run --resume --results {results} -- AGENT_COMMAND`",
+    "serve": "`arbiter serve --resume --results {results}`",
+}
+
+
+def resume_command(command: str | None, results: str = "DIR") -> str:
+    """The resume command of an evaluation run by ``command`` ("run", "serve") into the folder
+    ``results``; for another (a hosted attempt, or a folder written before the command was
+    recorded) both, as it was run."""
+    found = RESUME_COMMANDS.get(command or "")
+    if found is None:
+        return "`arbiter run --resume` or `arbiter serve --resume` (as it was run)"
+    return found.format(results=results)

@@ -121,6 +121,7 @@ def run_attempt(
         stop_check=private.full,
         participant=submission.participant,
         submitted_at=submission.submitted_at,
+        command=None,  # a hosted attempt: the farm resumes it
     )
 
 

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.rescore import EVENTS_FILE
+from arbiter.server.core.words import resume_command
 from arbiter.server.report.charts import (
     HeadlineFigure,
     budget_charts,
@@ -26,6 +28,7 @@ from arbiter.server.report.charts import (
     section,
 )
 from arbiter.server.report.style import STYLESHEET
+from arbiter.server.service.events import command_recorded
 from arbiter.server.service.records_file import read_items
 
 REPORT_NAME = "report.html"
@@ -60,7 +63,7 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
         if episodes_path.is_file():
             raise ConfigError(
                 f"{folder} has episodes.jsonl but no summary.json: its evaluation has not ended, or its "
-                "evaluator was killed (`arbiter serve --resume --results DIR` finishes it)"
+                f"evaluator was killed ({_resume_of(folder)} finishes it)"
             )
         held = sorted(sub for sub in folder.iterdir() if (sub / "summary.json").is_file())
         if held:
@@ -175,7 +178,7 @@ def _headline(summary: dict[str, Any], source: str) -> str:
     if number(score.get("primary")) is None:
         scores = (
             '<div class="score none"><div class="value">No score</div>'
-            f'<div class="label">{escape(_no_score_reason(state))}</div></div>'
+            f'<div class="label">{escape(_no_score_reason(state, source))}</div></div>'
         )
     else:
         scores = "".join(_figure(figure) for figure in headline_figures(summary))
@@ -188,11 +191,17 @@ def _headline(summary: dict[str, Any], source: str) -> str:
     )
 
 
-def _no_score_reason(state: str) -> str:
+def _resume_of(folder: str | Path) -> str:
+    """The command that continues the evaluation in ``folder``: the one its last run was."""
+    return resume_command(command_recorded(os.path.join(folder, EVENTS_FILE)), str(folder))
+
+
+def _no_score_reason(state: str, source: str = "") -> str:
     if state == "FAILED":
         return "the evaluation failed: a failed evaluation is not scored"
     if state == "INTERRUPTED":
-        return "the evaluation was interrupted before it ended (arbiter serve --resume continues it)"
+        resume = _resume_of(source) if source and os.path.isdir(source) else resume_command(None)
+        return f"the evaluation was interrupted before it ended ({resume} continues it)"
     return "this evaluation has no score"
 
 

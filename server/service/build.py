@@ -17,7 +17,7 @@ from arbiter.server.core.resume import restore, resume_point
 from arbiter.server.core.scoring import scoring_rule
 from arbiter.server.core.seeds import record_seed
 from arbiter.server.formats import get_format
-from arbiter.server.service.endings_told import answer_after_end, ended_unasked
+from arbiter.server.service.endings_told import answer_after_end, ended_unasked, withdraw_stop_notices
 from arbiter.server.service.events import (
     EventLog,
     chain,
@@ -47,6 +47,7 @@ def build_service(
     redis_outage_s: float = DEFAULT_OUTAGE_LIMIT_S,
     poll_window_us: float = EVALUATOR_WINDOW_US,
     redis_private: bool = False,
+    command: str | None = None,
 ) -> EvaluatorService:
     """An evaluator for one evaluation. With ``resume``, a killed evaluation continues after its
     last finished episode, and the Redis lists are kept: a client may be waiting on them.
@@ -54,7 +55,8 @@ def build_service(
 
     Around the evaluation: the format's recorder (``spec.record_episodes``) wraps the plan, and the
     event log hears of every finished episode and of the end; both see an episode after it is
-    in ``episodes.jsonl``, the replay before the event that announces it."""
+    in ``episodes.jsonl``, the replay before the event that announces it. ``command``: what runs
+    it ("run", "serve"; None: a hosted attempt), recorded, so that messages name its resume."""
     keys.validate_service_id(service_id)
     found = get_format(spec.format)
     if spec.record_episodes and found.recorder is None:
@@ -62,6 +64,7 @@ def build_service(
     rule = scoring_rule(spec.format, spec.scoring, spec.options)
     plan = found.make_plan(spec, rule, tests=tests)
     store = ResultsStore(results_dir, plan.csv_columns, plan.csv_row)
+    store.command = command
     previous = store.previous_summary() if resume else None
     if previous is not None and previous.get("state") in ("SUCCESS", "FAILED"):
         raise ConfigError(
@@ -120,6 +123,8 @@ def build_service(
                     evaluation.replayed.append(unsaid)  # a killed run's, said now (unsaid_withdrawals.py)
             if not resume:
                 transport.clear()  # the events stream too: a watcher sees this evaluation only
+            else:
+                withdraw_stop_notices(transport)  # the evaluation goes on (endings_told.py)
             # The service counts what is queued as sent to an earlier evaluator (dropped, a live client
             # sends it again): counted before the started event, so a request sent once the event is
             # out is handled, never taken for a leftover and left for the client's resend.
@@ -129,7 +134,7 @@ def build_service(
         except BaseException:
             events.close()
             raise
-        events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes)
+        events.started(evaluation, resumed=resume, record_episodes=spec.record_episodes, command=command)
         if unsaid is not None:
             events.replayed(unsaid)
     except BaseException:
@@ -175,6 +180,7 @@ def start_service(
     redis_label: str | None = None,
     poll_window_us: float = EVALUATOR_WINDOW_US,
     redis_private: bool = False,
+    command: str | None = None,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled (each one also given to
     ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
@@ -190,6 +196,7 @@ def start_service(
         redis_outage_s=redis_outage_s,
         poll_window_us=poll_window_us,
         redis_private=redis_private,
+        command=command,
     )
     service.install_signal_handlers(also=on_stop_signal)
     # Everything loaded so far (flatland, numpy, the test set's index) lives as long as the

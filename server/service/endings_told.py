@@ -7,6 +7,14 @@ posted on the errors list (``post_ending``), which every client (flatland's too)
 every request: an agent stepping without replies learns of it at its next step, not only at its
 next request that waits for one.
 
+A stop signal (SIGTERM, SIGINT, SIGHUP: someone stopped the evaluator) is posted too, even though
+the evaluation ends INTERRUPTED and may be resumed: the agent is told the evaluator has stopped,
+at its next request or, for one already waiting, when its reply is late (its client looks at the
+errors list then), instead of waiting out its reply timeout. A resumed evaluator takes these
+notices off the list as it starts (``withdraw_stop_notices``), so an agent whose next request
+comes after the resume goes on. An evaluator that is killed or loses Redis posts nothing, and its
+agent waits for a resume within its reply timeout, as before.
+
 A request can still miss both: one sent just as the evaluation ended (its client read the
 errors list a moment before the ending was posted) reaches a queue nobody serves any more, and
 flatland's client waits for its reply for ever. So the evaluator goes on answering for a while
@@ -24,7 +32,8 @@ import redis
 
 from arbiter.protocol import codec
 from arbiter.protocol.errors import EvaluationError
-from arbiter.protocol.messages import EXTENSION_KEY, error_reply
+from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
+from arbiter.protocol.redis_conn import connect
 from arbiter.server.core.evaluation import Evaluation, State
 from arbiter.server.service.transport import RedisUnavailable, StopRequested
 
@@ -36,6 +45,9 @@ log = logging.getLogger(__name__)
 # After the end, the longest a wait for a late request lasts before the agent's exit (or whether
 # it has been told) is looked at again.
 AFTER_END_POLL_S = 0.1
+# A stop's notice to a hung Redis is given up after this: the stop is obeyed at once (the summary
+# is written before it), as the last event is given no more (events.EVENTS_FLUSH_INTERRUPTED_S).
+STOP_NOTICE_TIMEOUT_S = 0.3
 
 
 def ended_reply(evaluation: Evaluation) -> dict[str, Any]:
@@ -53,16 +65,50 @@ def ended_unasked(transport: Any, evaluation: Evaluation) -> bool:
     return not (evaluation.submitted or evaluation.state is State.INTERRUPTED or transport.stop_requested)
 
 
-def post_ending(transport: Any, evaluation: Evaluation, wire: str) -> None:
-    """The ending on the errors list, when the agent did not ask for it (``ended_unasked``). One
-    attempt: the evaluation is over. At the list's far end (LPUSH), so a timeout posted before it
-    comes out first."""
+def post_ending(transport: Any, evaluation: Evaluation, wire: str, *, signalled: bool = False) -> None:
+    """The ending on the errors list, when the agent did not ask for it (``ended_unasked``), or a
+    stop signal ended it (``signalled``: see the module's docstring). One attempt: the evaluation
+    is over. At the list's far end (LPUSH), so a timeout posted before it comes out first."""
+    if signalled and not evaluation.submitted:
+        # After a stop no call of the transport's starts (a hung Redis would hold it for its
+        # socket timeout): a connection of its own, given up quickly.
+        quick = connect(transport.redis_url, socket_timeout_s=STOP_NOTICE_TIMEOUT_S)
+        try:
+            quick.lpush(transport.errors_key, codec.encode(ended_reply(evaluation), wire=wire))
+        except redis.RedisError as exc:
+            log.warning("the client was not told the evaluator stopped: %s", exc)
+        finally:
+            quick.close()
+        return
     if not ended_unasked(transport, evaluation):
         return
     try:
         transport.redis.lpush(transport.errors_key, codec.encode(ended_reply(evaluation), wire=wire))
     except redis.RedisError as exc:
         log.warning("the client was not told the evaluation ended: %s", exc)
+
+
+def is_ending_notice(raw: bytes) -> bool:
+    """Whether an errors-list entry is an ending's notice (``ended_reply``), not a timeout."""
+    try:
+        message = codec.decode(raw, codec.COMMAND_LIMITS)
+    except Exception:  # not ours to judge: left where it is
+        return False
+    return (
+        isinstance(message, dict)
+        and message.get("type") == FLATLAND_RL.ERROR
+        and "ended" in extension(message.get("payload"))
+    )
+
+
+def withdraw_stop_notices(transport: Any) -> int:
+    """A resumed evaluator, before it serves: the notices of the run that was stopped come off the
+    errors list (the evaluation goes on), the timeouts it posted stay. How many were taken."""
+    withdrawn = 0
+    for raw in transport.redis.lrange(transport.errors_key, 0, -1):
+        if is_ending_notice(raw):
+            withdrawn += transport.redis.lrem(transport.errors_key, 1, raw)
+    return withdrawn
 
 
 def answer_ended(service: EvaluatorService, raw: bytes) -> bool:

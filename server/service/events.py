@@ -137,7 +137,7 @@ class EventLog:
     # -- the evaluation's seams ---------------------------------------------------------------
 
     @_never_raises
-    def started(self, evaluation: Any, *, resumed: bool, record_episodes: int = 0) -> None:
+    def started(self, evaluation: Any, *, resumed: bool, record_episodes: int = 0, command: str | None = None) -> None:
         self.emit(
             STARTED,
             service_id=self.service_id,
@@ -152,6 +152,7 @@ class EventLog:
             budgets=evaluation.budgets.as_dict(),
             options=evaluation.options,
             record_episodes=record_episodes,
+            command=command,  # what ran it ("run", "serve"; null: a hosted attempt): whose resume to name
         )
 
     def submission(self, identity: dict[str, Any]) -> None:
@@ -368,6 +369,15 @@ def submission_recorded(path: str) -> dict[str, Any] | None:
         if event.get("participant"):
             found = {key: value for key, value in event.items() if key not in ("event", "time")}
     return found
+
+
+def command_recorded(path: str) -> str | None:
+    """The command that ran the evaluation's last run ("run", "serve"), as its ``started`` event
+    in ``events.jsonl`` at ``path`` names it; None when none does (a hosted attempt, an older file)."""
+    command = None
+    for event in _recorded(path, STARTED):
+        command = event.get("command") if isinstance(event.get("command"), str) else None
+    return command
 
 
 def first_start_recorded(path: str) -> dict[str, Any] | None:

@@ -88,6 +88,7 @@ class EvaluatorService:
         # wait for a request is that one (nothing between them moves a deadline).
         self._next_wait_at: float | None = None
         self._stop_reason = ""  # the stop itself is transport.stop_requested: every wait sees it
+        self._signalled = False  # a stop signal came: the agent is told the evaluator stopped (post_ending)
         self._agent_gone = threading.Event()
         self.ended_at: float | None = None  # monotonic: when run() returned
         self._agent_status: int | None = None
@@ -157,6 +158,7 @@ class EvaluatorService:
         signal held while the evaluation was built (held_stops.py) is obeyed now."""
 
         def handler(signum: int, frame: Any) -> None:
+            self._signalled = True
             self.request_stop(f"stopped by {signal.Signals(signum).name}")
             if also is not None:
                 also(signum)
@@ -199,7 +201,8 @@ class EvaluatorService:
                 evaluation.endings.interrupt(str(evaluation.store.unwritable))
                 break
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
-        post_ending(self.transport, evaluation, self.client_wire)  # an ending it did not ask for
+        # An ending it did not ask for, or a stop signal's
+        post_ending(self.transport, evaluation, self.client_wire, signalled=self._signalled)
         self.frames.close()
         self.ended_at = time.monotonic()
         return evaluation.summary()

@@ -37,6 +37,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError, EvaluationError
+from arbiter.server.core.words import resume_command
 from arbiter.server.service import results_fence
 from arbiter.server.service.durable import PendingAppend, append_synced, atomic_write, cut_to, start_append
 from arbiter.server.service.records_file import ItemsFile, StoredItem, item_lines, read_items, read_records
@@ -52,11 +53,11 @@ class ResultsUnwritable(EvaluationError):
     """The results folder cannot be written (full, read-only, gone). The evaluation stops as
     INTERRUPTED with this cause; ``--resume`` continues it once the folder can be written."""
 
-    def __init__(self, name: str, error: OSError):
+    def __init__(self, name: str, error: OSError, resume: str):
         reason = error.strerror or str(error)
         super().__init__(
             f"the results folder cannot be written ({name}: {reason}): the evaluation stops here; "
-            "`arbiter serve --resume` continues it once the folder can be written again"
+            f"{resume} continues it once the folder can be written again"
         )
 
 
@@ -98,6 +99,7 @@ class ResultsStore:
         self._csv_writer = csv.writer(_Pieces(self._csv_pieces), lineterminator="\n")
         # The first write the folder refused: the evaluation ends with it as its cause.
         self.unwritable: ResultsUnwritable | None = None
+        self.command: str | None = None  # the command that runs the evaluation: its messages name its resume
         # Records in episodes.jsonl whose rows results.csv is still to get (``write_due_rows``).
         self._rows_due: list[dict[str, Any]] = []
         # What making each item durable took (its append and the disk's sync): summary.json's
@@ -127,7 +129,7 @@ class ResultsStore:
         try:
             yield
         except OSError as exc:
-            error = ResultsUnwritable(os.path.basename(path), exc)
+            error = ResultsUnwritable(os.path.basename(path), exc, resume_command(self.command))
             if remember and self.unwritable is None:
                 self.unwritable = error
             raise error from exc

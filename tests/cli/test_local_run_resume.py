@@ -4,13 +4,16 @@ test folder: the folder the run played comes from `seed.json`."""
 
 from __future__ import annotations
 
+import html
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 
 import paths
+import pytest
 from harness import play_episode, read_episodes, read_summary, wait_for
 
 from arbiter.client import RemoteClient
@@ -32,8 +35,10 @@ time.sleep(120)
 """
 
 
-def killed_after_its_first_episode(options: list[str], results, cwd, environment: dict[str, str]) -> None:
-    """`arbiter run` with ``options``, its agent playing one episode, killed (SIGKILL) once that
+def killed_after_its_first_episode(
+    options: list[str], results, cwd, environment: dict[str, str], signum: int = signal.SIGKILL
+) -> None:
+    """`arbiter run` with ``options``, its agent playing one episode, killed (``signum``) once that
     episode is on record."""
     run = subprocess.Popen(
         [*ARBITER, "run", *options, "--results", str(results), "--quiet", "--", sys.executable, "-c",
@@ -42,7 +47,7 @@ def killed_after_its_first_episode(options: list[str], results, cwd, environment
     )  # fmt: skip
     try:
         wait_for(lambda: len(read_episodes(str(results), missing_ok=True)) == 1, what="the first episode's record")
-        run.send_signal(signal.SIGKILL)
+        run.send_signal(signum)
         run.wait(timeout=30)
     finally:
         if run.poll() is None:
@@ -218,3 +223,71 @@ def test_a_resume_under_another_format_is_refused_before_it_writes_anything(tiny
         assert ("competition 'flatland-neurips2020' (given now: 'two-phase-cartpole')" if events == "kept" else
                 "the results folder does not belong to this test set or plan: item 0") in refused.stderr  # fmt: skip
         assert {path.name: path.read_bytes() for path in results.iterdir()} == before, events
+
+
+DIAMBRA_EXAMPLE = str(paths.REPO / "examples" / "diambra_agent" / "agent.py")
+
+
+def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(redis_url, service_id, tmp_path):
+    """Killed after its last item and before its summary: nothing is left to play, so the agent is
+    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1); the run
+    ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
+    pytest.importorskip("diambra.arena")
+    options = ["--competition", "diambra", "--set", "episodes=1", "--set", "frame_shape=[64, 64, 1]",
+               "--redis-url", redis_url]  # fmt: skip
+    played = tmp_path / "played"
+    whole = subprocess.run(
+        [*ARBITER, "run", *options, "--service-id", service_id + "-a", "--results", str(played), "--quiet",
+         "--", sys.executable, DIAMBRA_EXAMPLE],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert whole.returncode == 0, whole.stderr[-3000:]
+    # What a SIGKILL between the last item's record and the summary leaves.
+    results = tmp_path / "killed"
+    shutil.copytree(played, results)
+    (results / "summary.json").unlink()
+    events = (results / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
+    (results / "events.jsonl").write_text("".join(e for e in events if '"event":"finished"' not in e), "utf-8")
+
+    resumed = subprocess.run(
+        [*ARBITER, "run", "--resume", *options, "--service-id", service_id, "--results", str(results),
+         "--", sys.executable, DIAMBRA_EXAMPLE],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "nothing is left to play, so the agent is not started" in resumed.stderr
+    assert "submitted:" not in resumed.stdout  # the agent never ran
+    summary = read_summary(str(results))
+    assert summary["state"] == "SUCCESS"
+    assert summary["termination_cause"] == (
+        "all 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
+        "so no agent was started"
+    )
+    assert summary["score"] == read_summary(str(played))["score"]
+    assert summary["counters"]["resumed"] == 1
+
+
+def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, service_id, tiny_tests, tmp_path):
+    """What a user reads about an `arbiter run` stopped or killed before its end (its report, a
+    results folder it cannot write) names `arbiter run --resume`, the way to go on with it."""
+    results = tmp_path / "r"
+    options = ["--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id]
+    killed_after_its_first_episode(options, results, tmp_path, dict(os.environ), signum=signal.SIGTERM)
+    assert read_summary(str(results))["state"] == "INTERRUPTED"
+    resume = f"`arbiter run --resume --results {results} -- AGENT_COMMAND`"
+    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 0, report.stderr
+    page = html.unescape((results / "report.html").read_text(encoding="utf-8"))
+    assert f"the evaluation was interrupted before it ended ({resume} continues it)" in page
+    (results / "summary.json").unlink()  # as a SIGKILL leaves it
+    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    assert report.returncode == 2 and f"its evaluator was killed ({resume} finishes it)" in report.stderr
+
+    from arbiter.server.service.results import ResultsStore, ResultsUnwritable
+
+    store = ResultsStore(str(tmp_path / "gone"), ["index"], lambda record: {"index": record["index"]})
+    store.command = "run"
+    store.start_fresh()
+    shutil.rmtree(tmp_path / "gone")
+    with pytest.raises(ResultsUnwritable, match="`arbiter run --resume --results DIR -- AGENT_COMMAND` continues it"):
+        store.write_summary({"state": "INTERRUPTED"})

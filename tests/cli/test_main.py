@@ -296,7 +296,9 @@ def test_run_into_a_folder_holding_an_evaluation_is_refused_and_loses_nothing(ca
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"arbiter: error: {results} already holds an evaluation's results (episodes.jsonl)")
-    assert f"go on with the evaluation it holds (--resume --results {results}, with the same options)" in error
+    assert (
+        f"go on with the evaluation it holds (arbiter run --resume --results {results}, with the same options)" in error
+    )
     assert (results / "episodes.jsonl").read_text() == '{"index": 0}\n' and (results / "replays" / "0.json").exists()
 
 

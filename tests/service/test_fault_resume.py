@@ -16,10 +16,10 @@ import time
 
 import paths
 import pytest
-from harness import finish, read_episodes, read_summary, running_service, seeded_actions, spec, wait_for
+from harness import finish, read_episodes, read_events, read_summary, running_service, seeded_actions, spec, wait_for
 
 from arbiter.client import RemoteClient
-from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.errors import ConfigError, EvaluationError
 from arbiter.server.service.results import ResultsStore
 
 REPO = str(paths.REPO)
@@ -233,10 +233,15 @@ def test_f12_sigterm_mid_episode_leaves_an_interrupted_summary_and_resumes(
     assert summary["state"] == "INTERRUPTED" and summary["termination_cause"] == "stopped by SIGTERM"
     assert summary["score"]["primary"] is None
     assert [r["index"] for r in read_episodes(results)] == [0]  # every finished episode, nothing else
+    # The agent asking while no evaluator runs is told at once that it was stopped.
+    with pytest.raises(EvaluationError, match=r"the evaluation has ended \(INTERRUPTED\): stopped by SIGTERM"):
+        client.env_step(seeded_actions(client.episode_index, 1, 2))
 
-    # The interrupted evaluation resumes: episode 1 is played again from its start.
+    # The interrupted evaluation resumes: episode 1 is played again from its start, by the agent
+    # that was told of the stop (the resumed evaluator took the notice back).
     evaluator = serve(tiny_tests, redis_url, service_id, results)
     try:
+        wait_for(lambda: sum(e["event"] == "started" for e in read_events(results)) == 2, what="the resumed start")
         scores = deterministic_agent(client)
         assert evaluator.wait(timeout=30) == 0, evaluator.stderr.read()
     finally:
