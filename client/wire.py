@@ -5,12 +5,11 @@ Every request carries this client's session id and a sequence number, so the eva
 it once however often it is resent; every wait has a timeout (a dead evaluator raises
 ``ServerUnavailable``, never hangs); the errors list is checked before every request, and a
 timeout found there raises ``TimeoutException``, an ending (the evaluation ended, or its
-evaluator was stopped) its ``EvaluationError``. A request to arbiter's evaluator whose reply is
-late looks at the errors list too, each time it is sent again: an agent whose request came just
-after the evaluator stopped learns it then, not at the end of its reply timeout (a reply in time
-costs nothing more). The handshake takes the evaluation over from a
-client that went silent (an agent that crashed and was started again): the evaluator says when
-that becomes possible, and the PING is sent again then, within the reply timeout.
+evaluator was stopped) its ``EvaluationError``; a request whose reply is late looks there again
+each time it is resent, so an agent learns of a stop then, not at the end of its reply timeout.
+The handshake takes the evaluation over from a client that went silent (an agent that crashed
+and was started again): the evaluator says when that becomes possible, and the PING is sent
+again then, within the reply timeout.
 """
 
 from __future__ import annotations

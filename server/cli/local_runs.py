@@ -1,4 +1,5 @@
-"""Local runs: how ``arbiter watch`` finds an ``arbiter run`` of the same user with no address.
+"""Local runs: how ``arbiter watch`` finds an ``arbiter run`` of the same user with no address
+(``resolve_watched``).
 
 ``arbiter run`` announces itself while it runs: a small JSON file (its pid, Redis URL, service id
 and results folder) in a folder only its user can open, removed when it ends. ``arbiter watch``
@@ -8,15 +9,21 @@ that was killed is removed by the next reader.
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import os
 import shlex
 import stat
+import sys
 import tempfile
 from typing import Any
 
+from arbiter.protocol import keys
+from arbiter.protocol.errors import ConfigError
+from arbiter.protocol.redis_conn import redacted
 from arbiter.protocol.starter_folders import process_runs
+from arbiter.server.cli.settings import flatland_default_redis, given_service_id, resolve_redis_url, resolve_service_id
 
 log = logging.getLogger(__name__)
 
@@ -109,3 +116,48 @@ def local_runs() -> list[dict[str, Any]]:
 def watch_command(redis_url: str, service_id: str) -> str:
     """The command that follows this evaluation, ready to paste into a shell."""
     return f"arbiter watch --redis-url {shlex.quote(redis_url)} --service-id {shlex.quote(service_id)}"
+
+
+def refuse_nothing_to_watch(redis_url: str, service_id: str | None) -> None:
+    """No Redis given and no local run going on: flatland's default Redis is the last guess, and
+    when nothing answers there the likeliest story is a run that has ended, which the bare
+    "cannot reach Redis" did not tell."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
+    try:
+        client.ping()
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise ConfigError(
+            f"no arbiter run of yours{f' with service id {service_id!r}' if service_id else ''} is going on (runs "
+            f"announce themselves in {runs_folder()}), and no Redis answers at {redis_url}, flatland's default "
+            f"({exc}): give the evaluation's --redis-url and --service-id; a run that ended is in its results "
+            "folder (arbiter report DIR)"
+        ) from None
+    finally:
+        client.close()
+
+
+def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
+    """The Redis and service id ``arbiter watch`` follows: as given (flag, then environment);
+    with no Redis given, the local ``arbiter run`` (of the given service id, if one is given)
+    that announced itself; else flatland's default Redis."""
+    redis_url = resolve_redis_url(args, embedded_ok=True)
+    if redis_url is not None:
+        return redis_url, resolve_service_id(args)
+    wanted = given_service_id(args)
+    runs = [run for run in local_runs() if wanted is None or run.get("service_id") == wanted]
+    if len(runs) == 1:
+        run = runs[0]
+        print(f"arbiter: following the local run {run.get('pid')} (results in {run.get('results')})", file=sys.stderr)
+        return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
+    if len(runs) > 1:
+        # A URL's password is hidden here: that run's own start lines give its command.
+        # Runs under one service id (T12345, the default) are told apart by their results folders.
+        commands = "\n".join(
+            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}"
+            f"  # results in {run.get('results')}"
+            for run in runs
+        )
+        raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
+    return flatland_default_redis(), resolve_service_id(args)

@@ -22,9 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from arbiter.protocol import keys
 from arbiter.protocol.errors import ArbiterError, ConfigError
-from arbiter.protocol.redis_conn import redacted
 from arbiter.server.cli.hosting import HOSTING_HANDLERS
 from arbiter.server.cli.parser import build_parser
 from arbiter.server.cli.progress import Progress
@@ -224,6 +222,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_watch(args: argparse.Namespace) -> int:
+    from arbiter.server.cli.local_runs import refuse_nothing_to_watch, resolve_watched
     from arbiter.server.cli.watch import follow
 
     redis_url, service_id = resolve_watched(args)
@@ -231,55 +230,6 @@ def cmd_watch(args: argparse.Namespace) -> int:
         refuse_nothing_to_watch(redis_url, given_service_id(args))
     state = follow(redis_url, service_id, timeout_s=args.timeout, from_start=args.from_start, out=sys.stdout)
     return EXIT_CODES.get(state, 1)
-
-
-def refuse_nothing_to_watch(redis_url: str, service_id: str | None) -> None:
-    """No Redis given and no local run going on: flatland's default Redis is the last guess, and
-    when nothing answers there the likeliest story is a run that has ended, which the bare
-    "cannot reach Redis" did not tell."""
-    import redis
-
-    from arbiter.server.cli.local_runs import runs_folder
-
-    client = redis.Redis.from_url(redis_url, socket_connect_timeout=1.0, socket_timeout=1.0)
-    try:
-        client.ping()
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise ConfigError(
-            f"no arbiter run of yours{f' with service id {service_id!r}' if service_id else ''} is going on (runs "
-            f"announce themselves in {runs_folder()}), and no Redis answers at {redis_url}, flatland's default "
-            f"({exc}): give the evaluation's --redis-url and --service-id; a run that ended is in its results "
-            "folder (arbiter report DIR)"
-        ) from None
-    finally:
-        client.close()
-
-
-def resolve_watched(args: argparse.Namespace) -> tuple[str, str]:
-    """The Redis and service id ``arbiter watch`` follows: as given (flag, then environment);
-    with no Redis given, the local ``arbiter run`` (of the given service id, if one is given)
-    that announced itself; else flatland's default Redis."""
-    redis_url = resolve_redis_url(args, embedded_ok=True)
-    if redis_url is not None:
-        return redis_url, resolve_service_id(args)
-    from arbiter.server.cli.local_runs import local_runs, runs_folder, watch_command
-
-    wanted = given_service_id(args)
-    runs = [run for run in local_runs() if wanted is None or run.get("service_id") == wanted]
-    if len(runs) == 1:
-        run = runs[0]
-        print(f"arbiter: following the local run {run.get('pid')} (results in {run.get('results')})", file=sys.stderr)
-        return run["redis_url"], keys.validate_service_id(str(run.get("service_id")))
-    if len(runs) > 1:
-        # A URL's password is hidden here: that run's own start lines give its command.
-        # Runs under one service id (T12345, the default) are told apart by their results folders.
-        commands = "\n".join(
-            f"  {watch_command(redacted(run['redis_url']), str(run.get('service_id')))}"
-            f"  # results in {run.get('results')}"
-            for run in runs
-        )
-        raise ConfigError(f"{len(runs)} local runs are going on ({runs_folder()}); follow one of them:\n{commands}")
-    return flatland_default_redis(), resolve_service_id(args)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:

@@ -260,7 +260,7 @@ def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(re
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS"
     assert summary["termination_cause"] == (
-        "all 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
+        "the 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
         "so no agent was started"
     )
     assert summary["score"] == read_summary(str(played))["score"]

@@ -16,8 +16,8 @@ import threading
 import pytest
 
 from arbiter.protocol.errors import ConfigError
-from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run
-from arbiter.server.cli.main import EXIT_CODES, agent_ending, main, resolve_watched
+from arbiter.server.cli.local_runs import RUNS_DIR_VARIABLE, announce_run, resolve_watched
+from arbiter.server.cli.main import EXIT_CODES, agent_ending, main
 from arbiter.server.cli.parser import build_parser
 from arbiter.server.cli.settings import (
     FLATLAND_ENV_BUDGETS,

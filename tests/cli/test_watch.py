@@ -207,6 +207,8 @@ def test_a_late_watcher_follows_an_interrupted_then_killed_evaluation_to_its_end
         evaluator.send_signal(signal.SIGTERM)  # ends the run as INTERRUPTED: a `finished` event
         assert evaluator.wait(timeout=10) == 130
         evaluator = serve(tiny_tests, redis_url, service_id, results)
+        # The agent, told of the stop until the resumed evaluator withdraws that notice, goes on once it has.
+        wait_for(lambda: not redis_conn.llen(keys.errors_key(service_id)), what="the notice withdrawn")
         play_next(client, results, redis_conn)
         evaluator.send_signal(signal.SIGKILL)
         evaluator.wait(timeout=10)
