@@ -104,6 +104,7 @@ class Evaluation:
         self.successive_timeouts = 0
         self.counters: Counter[str] = Counter()
         self.client_version: str | None = None
+        self.tests_digest: str | None = None  # what the test folder holds (folder_digest.py), for the summary
         self.client_session: str | None = None  # the bound client's; every record names who played it
         self.previous_client: str | None = None  # who played the last item before a restart
         # Resumed, with the env on the server: the client may be inside an item this evaluator

@@ -24,6 +24,7 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.folder_digest import short
 from arbiter.server.formats import get_format
 from arbiter.server.service.durable import atomic_write
 
@@ -66,18 +67,43 @@ def recorded_tests(results_dir: str) -> str | None:
     return tests if isinstance(tests, str) and tests else None
 
 
-def record_seed(results_dir: str, spec: CompetitionSpec, tests: str | None = None) -> None:
+def record_seed(
+    results_dir: str, spec: CompetitionSpec, tests: str | None = None, tests_digest: str | None = None
+) -> None:
     """A fresh evaluation's seed and test folder, kept in its results folder so that ``serve
     --resume`` resets with the one and plays the other (``persisted_seed`` and ``recorded_tests``
     read them back): a local run's, whose seed is no secret, the way a hosted evaluation's were
-    written before it started (left as they are when they are the same)."""
+    written before it started (left as they are when they are the same). ``tests_digest``: what
+    the folder holds (folder_digest.py), which a resume checks (``refuse_changed_tests``)."""
     try:
         found = read_persisted_seed(results_dir)
     except ConfigError:  # unreadable: an earlier evaluation's, replaced with this one's
         found = None
-    if found is None or found["seed"] != spec.seed or found.get("tests") != _absolute(tests):
-        _write_seed_file(
-            results_dir, spec.seed, drawn=bool(found and found["seed"] == spec.seed and found["drawn"]), tests=tests
+    if (
+        found is None
+        or found["seed"] != spec.seed
+        or found.get("tests") != _absolute(tests)
+        or found.get("tests_digest") != tests_digest
+    ):
+        drawn = bool(found and found["seed"] == spec.seed and found["drawn"])
+        _write_seed_file(results_dir, spec.seed, drawn=drawn, tests=tests, tests_digest=tests_digest)
+
+
+def refuse_changed_tests(results_dir: str, tests_digest: str | None) -> None:
+    """A resume plays the rest of the test set its evaluation started on: a folder whose
+    contents changed since (regenerated, edited, another one at the same path) is refused, as
+    its remaining episodes would not be that evaluation's. Folders from before the digest was
+    recorded are not checked."""
+    try:
+        found = read_persisted_seed(results_dir)
+    except ConfigError:
+        return
+    recorded = found.get("tests_digest") if found else None
+    if isinstance(recorded, str) and tests_digest is not None and recorded != tests_digest:
+        raise ConfigError(
+            f"the test folder's contents changed since the evaluation in {results_dir} started (its files' digest "
+            f"was {short(recorded)}, it is {short(tests_digest)} now): resume on the test set it started on, or "
+            "start a new evaluation"
         )
 
 
@@ -85,10 +111,14 @@ def _absolute(tests: str | None) -> str | None:
     return os.path.abspath(tests) if tests else None
 
 
-def _write_seed_file(results_dir: str, seed: int | None, *, drawn: bool, tests: str | None) -> None:
+def _write_seed_file(
+    results_dir: str, seed: int | None, *, drawn: bool, tests: str | None, tests_digest: str | None = None
+) -> None:
     """Durably: a temporary file written and fsynced, renamed over the old one, the folder fsynced."""
     os.makedirs(results_dir, exist_ok=True)
-    record = {"seed": seed, "drawn": drawn, "tests": _absolute(tests)}
+    record: dict[str, Any] = {"seed": seed, "drawn": drawn, "tests": _absolute(tests)}
+    if tests_digest is not None:
+        record["tests_digest"] = tests_digest
     atomic_write(seed_file(results_dir), json.dumps(record) + "\n", sync_folder=True)
 
 

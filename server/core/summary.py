@@ -314,6 +314,7 @@ def summary(evaluation: Any) -> dict[str, Any]:
         },
         "seed": plan.seed,
         "tests": plan.source,
+        "tests_digest": evaluation.tests_digest,
         "options": evaluation.options,
         "client_version": evaluation.client_version,
         "started_at": evaluation.started_wall,

@@ -16,9 +16,17 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.core.folder_digest import folder_digest
 from arbiter.server.core.rescore import read_summary
 from arbiter.server.core.scoring import scoring_rule
-from arbiter.server.leaderboard.entries import Entry, check_columns, read_entry, rescored, results_folders
+from arbiter.server.leaderboard.entries import (
+    Entry,
+    check_columns,
+    read_entry,
+    rescored,
+    results_folders,
+    set_apart_other_test_sets,
+)
 from arbiter.server.leaderboard.policy import Achievement
 from arbiter.server.leaderboard.ranking import BoardColumn, Placed, choose, not_separable, place, position_among
 
@@ -60,6 +68,9 @@ def build_board(
         "options": spec.options_dict() or {},
         "free": free,
         "seed": spec.seed,
+        # The competition's test set, when its file names one this machine holds; else the one
+        # most of its evaluations played (set_apart_other_test_sets).
+        "tests_digest": folder_digest(spec.tests) if spec.tests and os.path.isdir(spec.tests) else None,
     }
     entries = [
         read_entry(
@@ -98,6 +109,8 @@ def build_board(
         # decide its columns.
         phase = phases[0]
         _refuse_hidden(spec, phase, reveal)
+    if conditions["tests_digest"] is None:
+        set_apart_other_test_sets(entries, spec.name)
     names, left_out = _phase_columns(names, [e for e in entries if e.phase == phase], phase)
     for entry in entries:
         check_columns(entry, names)

@@ -18,6 +18,7 @@ from typing import Any
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import setting_differences
+from arbiter.server.core.folder_digest import short
 from arbiter.server.core.rescore import (
     ABS_TOLERANCE,
     EPISODES_FILE,
@@ -52,6 +53,7 @@ class Entry:
     context: dict[str, Any] = field(default_factory=dict)
     options: dict[str, Any] = field(default_factory=dict)  # the evaluation's options, as recorded
     rescored: bool = False  # figures recomputed from its records (another rule, or none recorded, or asked)
+    tests_digest: str | None = None  # the test set it played (core/folder_digest.py); None: none recorded
     problem: str | None = None  # why it cannot be ranked (None: it can)
 
     @property
@@ -161,6 +163,7 @@ def read_entry(
         state=str(summary.get("state")),
         cause=summary.get("termination_cause"),
         options=options,
+        tests_digest=summary["tests_digest"] if isinstance(summary.get("tests_digest"), str) else None,
     )
     if summary.get("format") not in (None, format_name):
         entry.problem = f"an evaluation of format {summary.get('format')!r}, not {format_name!r}"
@@ -192,6 +195,9 @@ def _other_conditions(summary: dict[str, Any], conditions: dict[str, Any], resul
     said = []
     if summary.get("competition") not in (None, conditions["competition"]):
         said.append(f"competition {summary.get('competition')!r}, not {conditions['competition']!r}")
+    reference, played = conditions.get("tests_digest"), summary.get("tests_digest")
+    if reference and isinstance(played, str) and played != reference:
+        said.append(f"test set {short(played)} (the competition's tests: {short(reference)})")
     seed = _chosen_seed(summary, results_dir)
     if seed is not None and "seed" in conditions and seed != conditions["seed"]:
         said.append(f"seed {seed!r} (the competition's: {conditions['seed']!r})")
@@ -226,6 +232,34 @@ def _chosen_seed(summary: dict[str, Any], results_dir: str) -> int | None:
     if not found or found.get("drawn") is not False or found.get("seed") != summary.get("seed"):
         return None
     return found["seed"]
+
+
+def set_apart_other_test_sets(entries: list[Entry], competition_name: str) -> None:
+    """With no test folder of the competition's to compare against (its file names none, or it
+    is not on this machine), the rankable evaluations played on a test set other than the one
+    most of them played are not ranked: each test set is another competition. As many on two
+    sets: refused, naming them. Evaluations that recorded none (a format that reads no tests, a
+    folder from before the digest) are not compared."""
+    played: dict[str, int] = {}
+    for entry in entries:
+        if entry.problem is None and entry.tests_digest:
+            played[entry.tests_digest] = played.get(entry.tests_digest, 0) + 1
+    if len(played) < 2:
+        return
+    ordered = sorted(played.items(), key=lambda item: -item[1])
+    if ordered[0][1] == ordered[1][1]:
+        counts = ", ".join(f"{short(digest)}: {count}" for digest, count in ordered)
+        raise ConfigError(
+            f"the results of {competition_name} were played on {len(played)} test sets, as many on two of them "
+            f"({counts}): give the competition file its tests key, the test set it is ranked on"
+        )
+    most = ordered[0][0]
+    for entry in entries:
+        if entry.problem is None and entry.tests_digest and entry.tests_digest != most:
+            entry.problem = (
+                f"played another test set ({short(entry.tests_digest)}) than most evaluations here "
+                f"({short(most)}); the competition file's tests key names the competition's"
+            )
 
 
 def check_columns(entry: Entry, columns: tuple[str, ...]) -> None:

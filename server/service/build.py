@@ -13,9 +13,10 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.core.competition import CompetitionSpec, setting_differences
 from arbiter.server.core.evaluation import Evaluation
+from arbiter.server.core.folder_digest import folder_digest
 from arbiter.server.core.resume import restore, resume_point
 from arbiter.server.core.scoring import scoring_rule
-from arbiter.server.core.seeds import record_seed
+from arbiter.server.core.seeds import record_seed, refuse_changed_tests
 from arbiter.server.formats import get_format
 from arbiter.server.service.endings_told import answer_after_end, ended_unasked, withdraw_stop_notices
 from arbiter.server.service.events import (
@@ -77,8 +78,11 @@ def build_service(
     # An evaluation that started before (its events say so) continues, even with no item finished:
     # its agent may be inside the first one.
     continues = resume and (bool(earlier) or os.path.exists(store.events_path))
+    # What the test folder holds: kept with the seed, checked by a resume, in the summary.
+    tests_digest = folder_digest(tests) if tests else None
     if continues:
         refuse_other_settings(first_start_recorded(store.events_path), spec, rule.name)
+        refuse_changed_tests(results_dir, tests_digest)
         resume_point(earlier, plan.items)  # the plan's items, or refused
     transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
     # Before anything is written or cleared: another evaluator serving this service id here is
@@ -94,7 +98,7 @@ def build_service(
         records = store.load_for_resume() if resume else []  # the torn tail cut, the table rebuilt
         if not resume:
             store.start_fresh()
-            record_seed(results_dir, spec, tests)
+            record_seed(results_dir, spec, tests, tests_digest)
         # Without recording the plan is used as it is: not even a wrapper on the step path.
         recorder = found.recorder(plan, store, spec.record_episodes) if spec.record_episodes else None
         events = EventLog(path=store.events_path, redis_url=redis_url, service_id=service_id)
@@ -113,6 +117,7 @@ def build_service(
                 on_finish=events.finished,
                 on_replay=events.replayed,
             )
+            evaluation.tests_digest = tests_digest
             if continues:
                 restore(evaluation, records, earlier=previous)
                 evaluation.counters["resumed"] = resumes_recorded(store.events_path) + 1  # killed runs' too

@@ -291,3 +291,24 @@ def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, ser
     shutil.rmtree(tmp_path / "gone")
     with pytest.raises(ResultsUnwritable, match="`arbiter run --resume --results DIR -- AGENT_COMMAND` continues it"):
         store.write_summary({"state": "INTERRUPTED"})
+
+
+def test_a_resume_on_a_test_folder_whose_contents_changed_is_refused_before_it_writes(tiny_tests, tmp_path):
+    """The folder the run started on, regenerated with other episodes at the same path: its
+    remaining episodes are not that evaluation's, so the resume is refused and writes nothing."""
+    environment = {name: value for name, value in os.environ.items() if name != "AICROWD_TESTS_FOLDER"}
+    tests, results = tmp_path / "tests", tmp_path / "r"
+    shutil.copytree(tiny_tests, tests)
+    killed_after_its_first_episode(["--tests", str(tests)], results, tmp_path, environment)
+    recorded = json.loads((results / "seed.json").read_text())["tests_digest"]
+    level = next(tests.rglob("*.pkl"))
+    level.write_bytes(level.read_bytes() + b"\0")  # another episode under the same name
+    before = {path.name: path.read_bytes() for path in results.iterdir() if path.is_file()}
+    resumed = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(results), "--quiet", "--", sys.executable, "-c", FORWARD_AGENT],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=120, env=environment,
+    )  # fmt: skip
+    assert resumed.returncode == 2, resumed.stderr
+    assert "the test folder's contents changed since the evaluation" in resumed.stderr
+    assert f"was {recorded.removeprefix('sha256:')[:12]}" in resumed.stderr
+    assert {path.name: path.read_bytes() for path in results.iterdir() if path.is_file()} == before

@@ -5,6 +5,7 @@ server/leaderboard/. A board rebuilt from the records (--from-records) ranks the
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -301,3 +302,41 @@ def test_an_evaluation_under_another_seed_is_listed_apart(cup, tmp_path, redis_s
         listed["cause"] == "evaluated under other conditions than the competition's: seed 5 (the competition's: 1001)"
     )
     assert board["rows"] == build_board(spec, str(root))["rows"]  # the others' board as before
+
+
+def test_evaluations_on_another_test_set_are_listed_apart(cup, tmp_path, redis_server, tiny_tests):
+    """frank's local run played a test folder of his own (generated with another seed): his
+    figures do not compare. With no test folder in the competition file, the set most
+    evaluations played is the board's; with one, the competition's is."""
+    from arbiter.server.core.folder_digest import folder_digest, short
+    from arbiter.server.formats.flatland.generate import generate_test_set
+
+    spec, root, subs, base = cup
+    copy = tmp_path / "results"
+    shutil.copytree(root, copy)
+    his = tmp_path / "his-tests"
+    generate_test_set(his, preset="tiny", seed=2)
+    theirs, own = folder_digest(tiny_tests), folder_digest(str(his))
+    assert theirs != own
+    frank = Submission("frank", "frank", 8, [sys.executable, str(paths.EXAMPLES / "random_agent.py")])
+    evaluate(str(base / f"{NAME}.toml"), frank, root=copy, tests=str(his), redis_url=redis_server.url)
+    assert json.loads((copy / NAME / frank.id / "summary.json").read_text())["tests_digest"] == own
+
+    board = build_board(spec, str(copy))
+    assert "frank" not in {r["participant"] for r in board["rows"]}
+    [listed] = [u for u in board["unranked"] if u["submission"] == frank.id]
+    assert listed["cause"] == (
+        f"played another test set ({short(own)}) than most evaluations here ({short(theirs)}); "
+        "the competition file's tests key names the competition's"
+    )
+    assert board["rows"] == build_board(spec, str(root))["rows"]
+
+    # The competition names its test folder: that set is the board's, however many played another.
+    named = dataclasses.replace(spec, tests=str(his))
+    board = build_board(named, str(copy))
+    assert [r["participant"] for r in board["rows"]] == ["frank"]
+    [alice] = [u for u in board["unranked"] if u["submission"] == subs["alice-random"].id]
+    assert alice["cause"] == (
+        "evaluated under other conditions than the competition's: "
+        f"test set {short(theirs)} (the competition's tests: {short(own)})"
+    )
