@@ -140,6 +140,8 @@ class Plan(ABC):
     packages: tuple[str, ...] = ()  # distributions whose versions the summary records
     columns: tuple[Column, ...] = ()  # the record fields results.csv, the progress line and the table show
     source: str | None = None  # what is evaluated on (a test folder, an env id), for the summary
+    # How the items an evaluation ended before count in its score, as its ending says it.
+    unplayed_count: str = "count as unfinished"
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         self.spec = spec
