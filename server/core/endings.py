@@ -225,7 +225,8 @@ class Endings:
         for item in evaluation.items[evaluation.next_index :]:
             evaluation.recording.write_item(item, evaluation.plan.unplayed(item), now, played=False)
         evaluation.next_index = evaluation.total
-        suffix = f"; {self.items_said(skipped)} not played count as unfinished" if skipped else ""
+        counted = evaluation.plan.unplayed_count
+        suffix = f"; {self.items_said(skipped)} not played {counted}" if skipped else ""
         self.finish(State.SUCCESS, cause + suffix + after, now)
 
     def _count_timeout(self, now: float) -> None:

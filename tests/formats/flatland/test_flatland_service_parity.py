@@ -227,6 +227,8 @@ def test_the_figures_of_an_evaluation_cut_short_count_the_played_episodes_only(
     assert round(score["secondary"], 3) != round((score["secondary"] * 2) / 5, 3)  # not over all five
     assert column(arbiter["csv"], "percentage_complete") == column(flatland["csv"], "percentage_complete")
     assert arbiter["rescored"].recomputed["secondary"] == score["secondary"]
+    # under this rule the three episodes not played are in no figure, and the ending says so
+    assert arbiter["summary"]["termination_cause"].endswith("3 episodes not played count in no figure")
 
 
 def test_flatlands_seed_variable_seeds_the_envs_as_flatlands_service(redis_server, service_id, two_tests, tmp_path):
