@@ -82,8 +82,8 @@ def build_service(
     tests_digest = folder_digest(tests) if tests else None
     if continues:
         refuse_other_settings(first_start_recorded(store.events_path), spec, rule.name)
-        refuse_changed_tests(results_dir, tests_digest)
         resume_point(earlier, plan.items)  # the plan's items, or refused
+        refuse_changed_tests(results_dir, tests_digest)  # they are, but the folder holds other episodes now
     transport = RedisTransport(redis_url, service_id, outage_limit_s=redis_outage_s, spin_us=poll_window_us)
     # Before anything is written or cleared: another evaluator serving this service id here is
     # left alone, and this one refused (a Redis not up yet is ridden out, as every call is).
