@@ -49,7 +49,8 @@ def cut_line(dropped: int) -> bytes:
 
 class AgentLog:
     """One attempt's part of ``agent.log`` in ``results_dir``: ``follow`` the agent's pipe once
-    the agent started, ``close`` once its process group is gone."""
+    the agent started, ``close`` once its process group is gone. Output read otherwise (the
+    Kubernetes backend's, from the API) is given to ``take`` once ``start`` opened the part."""
 
     def __init__(self, results_dir: str, attempt: int):
         self.path = os.path.join(results_dir, AGENT_LOG)
@@ -67,12 +68,18 @@ class AgentLog:
     def follow(self, pipe: IO[bytes] | None) -> None:
         """Open this attempt's part (its header line) and drain ``pipe`` into it from a thread."""
         assert pipe is not None
-        self._file = self._open()
-        self.kept = self._file is not None
+        self.start()
         self._thread = threading.Thread(target=self._drain, args=(pipe,), name="agent-log", daemon=True)
         self._thread.start()
 
-    def _open(self) -> BinaryIO | None:
+    def start(self, started_at: float | None = None) -> bool:
+        """Open this attempt's part, its header naming ``started_at`` (now when None); whether
+        it is kept (the attempt may write its results folder, and the file could be opened)."""
+        self._file = self._open(time.time() if started_at is None else started_at)
+        self.kept = self._file is not None
+        return self.kept
+
+    def _open(self, started_at: float) -> BinaryIO | None:
         if results_fence.refusal() is not None:
             return None
         opened = None
@@ -81,7 +88,7 @@ class AgentLog:
             size = opened.seek(0, os.SEEK_END)
             if size and opened.seek(size - 1) >= 0 and opened.read(1) != b"\n":
                 opened.write(b"\n")  # an earlier attempt's part cut mid-line: the header starts a line
-            opened.write(header(self.attempt, time.time()))
+            opened.write(header(self.attempt, started_at))
             opened.flush()
         except OSError as exc:
             log.error("the agent's output is not kept: %s: %s", self.path, exc)
@@ -100,11 +107,12 @@ class AgentLog:
                     return
                 if not chunk:
                     return
-                self._take(chunk)
+                self.take(chunk)
         finally:
             pipe.close()
 
-    def _take(self, chunk: bytes) -> None:
+    def take(self, chunk: bytes) -> None:
+        """The next bytes of the agent's output."""
         with self._lock:
             room = self.head_bytes - self.written
             if room > 0:

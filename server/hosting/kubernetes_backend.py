@@ -16,6 +16,8 @@ official client, follows it, and collects its result; the evaluation itself runs
   gets ``agent_exit_grace_s`` to exit, as with ``arbiter run``, then the Job is deleted the same way.
   An attempt that lost its lock (results_fence.py) deletes nothing: the Job is the submission's,
   and the attempt that holds the submission now follows it.
+- The agent's log. Read into the results folder's agent.log before the Job goes
+  (kubernetes_agent_log.py): before the worker deletes it, once it ended, before it is replaced.
 - Collect. The results claim is the worker's --results-root: the evaluator writes
   ``<competition>/<submission id>/`` on it, the folder job.py gives the backend, and the worker
   reads summary.json there. A Job that ended with no final summary.json raises
@@ -38,10 +40,10 @@ from rq.timeouts import BaseTimeoutException
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec
+from arbiter.server.hosting.kubernetes_agent_log import keep_agent_log, with_attempt
+from arbiter.server.hosting.kubernetes_cluster import Cluster, connect, require_kubernetes
 from arbiter.server.hosting.kubernetes_manifests import (
-    EVALUATION_LABEL,
     SUBMISSION_ANNOTATION,
-    TERMINATION_GRACE_S,
     Credentials,
     EvaluationPlan,
     KubernetesOptions,
@@ -71,178 +73,20 @@ if TYPE_CHECKING:  # backends.py lists this backend: it is imported from there a
 
 log = logging.getLogger(__name__)
 
-INSTALL_HINT = "pip install 'arbiter[kubernetes]' (from a checkout: pip install -e '.[kubernetes]')"
-API_OUTAGE_S = 60.0  # how long the API server may fail (5xx, 429, no connection) before the attempt stops
-GONE_WAIT_S = TERMINATION_GRACE_S + 60.0  # a deleted Job's pod stops within its grace, then the Job goes
-IN_CLUSTER_NAMESPACE = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
-
-
-def require_kubernetes() -> Any:
-    try:
-        import kubernetes
-    except ImportError as exc:
-        raise ConfigError(f"--backend kubernetes needs the official Kubernetes client ({exc}): {INSTALL_HINT}") from exc
-    return kubernetes
-
-
-# -- the cluster ----------------------------------------------------------------------------------
-
-
-class Cluster:
-    """The API calls of one evaluation, in one namespace. A failure of the API server (5xx, 429,
-    no connection) is retried for ``API_OUTAGE_S``: the Job runs on without the worker meanwhile."""
-
-    def __init__(self, configuration: Any, namespace: str):
-        from kubernetes import client
-
-        self.namespace = namespace
-        self.api_client = client.ApiClient(configuration)
-        self.batch = client.BatchV1Api(self.api_client)
-        self.core = client.CoreV1Api(self.api_client)
-        self.networking = client.NetworkingV1Api(self.api_client)
-
-    def close(self) -> None:
-        self.api_client.close()
-
-    def _call(self, call: Callable[..., Any], *args: Any, absent_ok: bool = False, **kwargs: Any) -> Any:
-        """``call``'s answer; None for a 404 when ``absent_ok``."""
-        from kubernetes.client.exceptions import ApiException
-        from urllib3.exceptions import HTTPError
-
-        give_up_at = time.monotonic() + API_OUTAGE_S
-        while True:
-            try:
-                return call(*args, **kwargs)
-            except ApiException as exc:
-                if exc.status == 404 and absent_ok:
-                    return None
-                if exc.status not in (429, 500, 502, 503, 504) or time.monotonic() > give_up_at:
-                    raise
-                problem: Exception = exc
-            except (HTTPError, OSError) as exc:
-                if time.monotonic() > give_up_at:
-                    raise
-                problem = exc
-            log.warning("the Kubernetes API failed (%s); trying again", problem)
-            time.sleep(1.0)
-
-    def create_job(self, body: dict[str, Any]) -> Any | None:
-        """The created V1Job; None when one of that name exists (409 Conflict)."""
-        from kubernetes.client.exceptions import ApiException
-
-        try:
-            return self._call(self.batch.create_namespaced_job, self.namespace, body)
-        except ApiException as exc:
-            if exc.status == 409:
-                return None
-            raise
-
-    def read_job(self, name: str) -> Any | None:
-        return self._call(self.batch.read_namespaced_job, name, self.namespace, absent_ok=True)
-
-    def release_job(self, name: str) -> None:
-        self._call(self.batch.patch_namespaced_job, name, self.namespace, {"spec": {"suspend": False}})
-
-    def delete_job(self, name: str) -> None:
-        """Foreground: the Job stays until its pod and what it owns are gone."""
-        self._call(
-            self.batch.delete_namespaced_job, name, self.namespace, propagation_policy="Foreground", absent_ok=True
-        )
-
-    def pods(self, name: str) -> list[Any]:
-        found = self._call(self.core.list_namespaced_pod, self.namespace, label_selector=f"{EVALUATION_LABEL}={name}")
-        return list(found.items or [])
-
-    def ensure_owned(self, body: dict[str, Any], owner_uid: str) -> None:
-        """Create a Secret or NetworkPolicy the Job owns. One of that name owned by the same Job is
-        kept (its worker was lost after making it); one left from an earlier Job is replaced."""
-        from kubernetes.client.exceptions import ApiException
-
-        kind, name = body["kind"], body["metadata"]["name"]
-        if kind == "Secret":
-            create, read, delete = (
-                self.core.create_namespaced_secret,
-                self.core.read_namespaced_secret,
-                self.core.delete_namespaced_secret,
-            )
-        else:
-            create, read, delete = (
-                self.networking.create_namespaced_network_policy,
-                self.networking.read_namespaced_network_policy,
-                self.networking.delete_namespaced_network_policy,
-            )
-        for _ in range(3):
-            try:
-                self._call(create, self.namespace, body)
-                return
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise
-            existing = self._call(read, name, self.namespace, absent_ok=True)
-            owners = (existing.metadata.owner_references or []) if existing is not None else []
-            if any(owner.uid == owner_uid for owner in owners):
-                return
-            self._call(delete, name, self.namespace, absent_ok=True)
-        raise EvaluationLost(f"the {kind} {name} keeps coming back from an earlier Job; delete it by hand")
-
-    def wait_gone(self, name: str, *, poll_s: float, observe: Callable[[list[Any]], None] | None = None) -> None:
-        give_up_at = time.monotonic() + GONE_WAIT_S
-        while self.read_job(name) is not None:
-            if observe is not None:
-                observe(self.pods(name))
-            if time.monotonic() > give_up_at:
-                raise EvaluationLost(f"the Job {name} is still there {GONE_WAIT_S:g} s after its deletion")
-            time.sleep(poll_s)
-
-
-def connect(options: KubernetesOptions) -> tuple[Any, str]:
-    """The client's configuration and the namespace: the pod's service account when the worker runs
-    in the cluster, else its kubeconfig (``KUBECONFIG``, ``~/.kube/config``). Access is checked."""
-    require_kubernetes()
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
-
-    configuration = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=configuration)
-        with open(IN_CLUSTER_NAMESPACE, encoding="utf-8") as handle:
-            namespace = handle.read().strip()
-    except (config.ConfigException, OSError):
-        try:
-            config.load_kube_config(client_configuration=configuration)
-            _, active = config.list_kube_config_contexts()
-        except (config.ConfigException, OSError, TypeError) as exc:
-            raise ConfigError(
-                f"--backend kubernetes finds no cluster: the worker runs in no pod, and has no usable kubeconfig "
-                f"({exc}); set KUBECONFIG"
-            ) from None
-        namespace = active.get("context", {}).get("namespace") or "default"
-    namespace = options.namespace or namespace
-    api_client = client.ApiClient(configuration)
-    try:
-        client.BatchV1Api(api_client).list_namespaced_job(namespace, limit=1)
-    except ApiException as exc:
-        raise ConfigError(
-            f"the Kubernetes API refuses to list Jobs in namespace {namespace!r} ({exc.status} {exc.reason}): give "
-            "the worker's account the Role of docs/hosting-kubernetes.md"
-        ) from None
-    except (HTTPError, OSError) as exc:
-        raise ConfigError(f"cannot reach the Kubernetes API at {configuration.host}: {exc}") from None
-    finally:
-        api_client.close()
-    return configuration, namespace
-
-
-# -- the backend ----------------------------------------------------------------------------------
-
 
 def start_evaluation(
-    cluster: Cluster, plan: EvaluationPlan, options: KubernetesOptions, *, release: bool = True
+    cluster: Cluster,
+    plan: EvaluationPlan,
+    options: KubernetesOptions,
+    *,
+    release: bool = True,
+    attempt: int = 0,
+    results_dir: str | None = None,
 ) -> Any:
-    """Create the submission's Job, or take over the one already there; returns the V1Job."""
+    """Create the submission's Job, or take over the one already there; returns the V1Job.
+    ``attempt`` creates it; a Job replaced leaves its agent's log in ``results_dir``."""
     for _ in range(3):
-        job = cluster.create_job(job_manifest(plan, options, suspended=True))
+        job = cluster.create_job(with_attempt(job_manifest(plan, options, suspended=True), attempt))
         if job is not None:
             break
         existing = cluster.read_job(plan.name)
@@ -257,6 +101,8 @@ def start_evaluation(
             job = existing
             break
         log.warning("the Job %s ended %s without a result: replaced by a new one", plan.name, state.describe())
+        if results_dir is not None:
+            keep_agent_log(cluster, existing, results_dir, attempt=attempt - 1, leaves_job=False)
         cluster.delete_job(plan.name)
         cluster.wait_gone(plan.name, poll_s=min(options.poll_interval_s, 1.0))
     else:
@@ -270,13 +116,20 @@ def start_evaluation(
 
 
 def follow(
-    cluster: Cluster, plan: EvaluationPlan, options: KubernetesOptions, results_dir: str, stop: StopSignal
+    cluster: Cluster,
+    plan: EvaluationPlan,
+    options: KubernetesOptions,
+    results_dir: str,
+    stop: StopSignal,
+    *,
+    attempt: int = 0,
 ) -> Evaluated:
     """Watch the Job until it ends, or end it; then collect its result."""
     agent = AgentWatch()
     evaluator_ended_at: float | None = None
     while True:
-        state = job_state(cluster.read_job(plan.name))
+        job = cluster.read_job(plan.name)
+        state = job_state(job)
         outcomes = container_outcomes(cluster.pods(plan.name)) if state.phase is not Phase.GONE else {}
         agent.see(outcomes)
         evaluator = outcomes.get("evaluator")
@@ -297,6 +150,7 @@ def follow(
             refused = results_fence.refusal()
             if refused is not None:  # the Job is followed now by the attempt that holds the submission
                 raise EvaluationLost(f"the Job {plan.name} is left to the attempt that holds the submission: {refused}")
+            keep_agent_log(cluster, job, results_dir, attempt=attempt, leaves_job=False)
             log.info("deleting the Job %s: %s", plan.name, "stopped" if step is Step.STOP else "the evaluation ended")
             cluster.delete_job(plan.name)
             cluster.wait_gone(
@@ -304,6 +158,8 @@ def follow(
                 poll_s=min(options.poll_interval_s, 1.0),
                 observe=lambda pods: agent.see(container_outcomes(pods)),
             )
+        else:
+            keep_agent_log(cluster, job, results_dir, attempt=attempt, leaves_job=True)
         status = agent.status(stopped_it=step is not Step.COLLECT)
         return collect(results_dir, plan, state, status, stopped=step is Step.STOP, wait_s=options.results_wait_s)
 
@@ -352,12 +208,14 @@ class KubernetesBackend:
         self.check()
         assert self.open_cluster is not None
         cluster = self.open_cluster()
+        attempt = submission.attempts
         try:
             with StopSignal() as stop:
                 try:
-                    start_evaluation(cluster, plan, self.options)
-                    return follow(cluster, plan, self.options, results_dir, stop)
+                    start_evaluation(cluster, plan, self.options, attempt=attempt, results_dir=results_dir)
+                    return follow(cluster, plan, self.options, results_dir, stop, attempt=attempt)
                 except BaseTimeoutException:  # RQ ended this attempt: its pod goes with it
+                    keep_agent_log(cluster, plan.name, results_dir, attempt=attempt, leaves_job=False)
                     cluster.delete_job(plan.name)
                     raise
         finally:

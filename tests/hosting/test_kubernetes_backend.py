@@ -11,6 +11,7 @@ RQ's real job timeout. With KUBECONFIG set, the live test creates a Job on the c
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -27,8 +28,10 @@ from kubernetes.client import (
     V1JobStatus,
     V1Pod,
 )
+from kubernetes.client.exceptions import ApiException
 from kubernetes_objects import OPTIONS, a_pod, a_submission, client_model, plan_for, write_summary
 from rq.timeouts import JobTimeoutException, UnixSignalDeathPenalty
+from urllib3 import HTTPResponse
 
 from arbiter.client.deadline_guard import release_logging_locks
 from arbiter.protocol.errors import ConfigError
@@ -63,7 +66,7 @@ class ScriptedCluster:
     """The cluster's side of one evaluation (see the module's docstring). Each look at a released
     Job moves its play on by one ``Moment``; the last one lasts. Deleting the Job stops its pod:
     an evaluator still running records the evaluation as interrupted, and what the Job owns goes
-    with it."""
+    with it, the agent's log (``agent_output``) too."""
 
     def __init__(self, results_dir: Path, script: list[Moment]):
         self.results_dir, self.script = results_dir, script
@@ -75,6 +78,8 @@ class ScriptedCluster:
         self.looks = 0
         self.released = threading.Event()
         self.closed = False
+        self.agent_output = b""  # what the agent's container printed
+        self.log_reads: list[bool] = []  # whether each read asked for the previous instance's log
 
     def create_job(self, body: dict) -> V1Job | None:
         name = body["metadata"]["name"]
@@ -130,6 +135,17 @@ class ScriptedCluster:
         return [
             a_pod("2030-01-01T00:00:00Z", redis="running", evaluator=self.moment.evaluator, agent=self.moment.agent)
         ]
+
+    def agent_log(self, pod: str, *, previous: bool = False) -> HTTPResponse | None:
+        self.log_reads.append(previous)
+        if not self.jobs or self.moment is None:
+            return None  # 404: no pod
+        if previous or str(self.moment.agent).startswith("waiting"):
+            raise ApiException(status=400, reason="Bad Request")  # the container is waiting to start
+        return HTTPResponse(body=io.BytesIO(self.agent_output), status=200, preload_content=False)
+
+    def annotate_job(self, name: str, annotations: dict[str, str]) -> None:
+        self.jobs[name].metadata.annotations.update(annotations)
 
     def ensure_owned(self, body: dict, owner_uid: str) -> None:
         assert body["metadata"]["ownerReferences"][0]["uid"] == owner_uid
@@ -291,6 +307,7 @@ def test_rqs_job_timeout_deletes_the_job(tmp_path: Path) -> None:
         # which leaves logging's locks held; the horse ends with its job, this process goes on.
         release_logging_locks()
     assert cluster.calls[-1] == ("delete",) and not cluster.jobs and cluster.closed
+    assert (results_dir / "agent.log").read_bytes().startswith(b"=== arbiter: attempt")  # read before
 
 
 def test_results_must_be_where_the_evaluator_writes(tmp_path: Path) -> None:
@@ -317,9 +334,11 @@ def test_a_worker_that_abandons_a_submission_deletes_its_job(tmp_path: Path) -> 
 @pytest.mark.timeout(300)
 def test_live_a_job_is_created_taken_over_and_deleted_with_what_it_owns(tmp_path: Path) -> None:
     """On the cluster KUBECONFIG names (its context's namespace): the Job is created suspended,
-    so nothing is pulled or run; a second start takes it over (409), and a foreground deletion
-    takes its Secret and NetworkPolicy with it."""
-    from arbiter.server.hosting.kubernetes_backend import Cluster, connect
+    so nothing is pulled or run; a second start takes it over (409), the worker may read pod logs
+    (a Job with no pod leaves no agent.log), and a foreground deletion takes its Secret and
+    NetworkPolicy with it."""
+    from arbiter.server.hosting.kubernetes_agent_log import keep_agent_log
+    from arbiter.server.hosting.kubernetes_cluster import Cluster, connect
 
     configuration, namespace = connect(OPTIONS)
     cluster = Cluster(configuration, namespace)
@@ -337,6 +356,10 @@ def test_live_a_job_is_created_taken_over_and_deleted_with_what_it_owns(tmp_path
         for owned in (secret, policy):
             assert [owner.uid for owner in owned.metadata.owner_references] == [created.metadata.uid]
         assert cluster.pods(plan.name) == []  # suspended: no pod
+        # the worker may read a pod's log (403 otherwise): of a pod that is not there, none
+        assert cluster.agent_log(f"{plan.name}-none") is None
+        assert not keep_agent_log(cluster, found, str(tmp_path), attempt=1, leaves_job=True)  # no pod: no part
+        assert not (tmp_path / "agent.log").exists()
     finally:
         cluster.delete_job(plan.name)
         cluster.wait_gone(plan.name, poll_s=0.5)

@@ -326,9 +326,9 @@ def test_a_cpu_share_below_a_millicore_is_refused() -> None:
 # -- the guide's own manifests ----------------------------------------------------------------------
 
 GUIDE = paths.REPO / "docs" / "hosting-kubernetes.md"
-BACKEND_SOURCE = paths.REPO / "server" / "hosting" / "kubernetes_backend.py"
+CLUSTER_SOURCE = paths.REPO / "server" / "hosting" / "kubernetes_cluster.py"  # every API call the worker makes
 # the client's resource in a method name -> (API group, resource) for RBAC
-RESOURCES = {"job": ("batch", "jobs"), "pod": ("", "pods"), "secret": ("", "secrets"),
+RESOURCES = {"job": ("batch", "jobs"), "pod": ("", "pods"), "pod_log": ("", "pods/log"), "secret": ("", "secrets"),
              "network_policy": ("networking.k8s.io", "networkpolicies")}  # fmt: skip
 VERBS = {"create": "create", "read": "get", "patch": "patch", "delete": "delete", "list": "list"}
 
@@ -355,8 +355,8 @@ def test_the_guides_role_allows_every_call_the_worker_makes() -> None:
         for resource in rule["resources"]
         for verb in rule["verbs"]
     }
-    calls = set(re.findall(r"\.(create|read|patch|delete|list)_namespaced_(\w+?)\b", BACKEND_SOURCE.read_text()))
-    assert {("create", "job"), ("list", "pod"), ("delete", "network_policy")} <= calls  # the scan finds them
+    calls = set(re.findall(r"\.(create|read|patch|delete|list)_namespaced_(\w+?)\b", CLUSTER_SOURCE.read_text()))
+    assert {("create", "job"), ("list", "pod"), ("read", "pod_log"), ("delete", "network_policy")} <= calls
     needed = {(*RESOURCES[resource], VERBS[verb]) for verb, resource in calls}
     assert needed <= allowed, f"the Role lacks {sorted(needed - allowed)}"
     assert ("batch", "jobs/finalizers", "update") in allowed  # blockOwnerDeletion on what a Job owns

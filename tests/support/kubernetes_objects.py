@@ -3,6 +3,7 @@ the kubernetes backend's tests."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
@@ -51,22 +52,27 @@ def a_job(*conditions: tuple[str, str], suspend: bool = False, active: int = 0, 
     )
 
 
+STARTED = datetime.datetime(2030, 1, 1, 0, 0, 1, tzinfo=datetime.UTC)  # when a started container started
+
+
 def container(name: str, state: str | int) -> V1ContainerStatus:
     """``state``: "running", "waiting:<reason>", or an exit code."""
     if state == "running":
-        found = V1ContainerState(running=V1ContainerStateRunning())
+        found = V1ContainerState(running=V1ContainerStateRunning(started_at=STARTED))
     elif isinstance(state, str):
         found = V1ContainerState(waiting=V1ContainerStateWaiting(reason=state.partition(":")[2]))
     else:
         reason = "Completed" if state == 0 else ("OOMKilled" if state == 137 else "Error")
-        found = V1ContainerState(terminated=V1ContainerStateTerminated(exit_code=state, reason=reason))
+        found = V1ContainerState(
+            terminated=V1ContainerStateTerminated(exit_code=state, reason=reason, started_at=STARTED)
+        )
     return V1ContainerStatus(name=name, image="i", image_id="", ready=False, restart_count=0, state=found)
 
 
 def a_pod(created: str, **states: str | int) -> V1Pod:
     statuses = [container(name, state) for name, state in states.items()]
     return V1Pod(
-        metadata=V1ObjectMeta(creation_timestamp=created),
+        metadata=V1ObjectMeta(name="arbiter-x-7xk2p", creation_timestamp=created),
         status=V1PodStatus(
             init_container_statuses=[one for one in statuses if one.name == "redis"],
             container_statuses=[one for one in statuses if one.name != "redis"],
