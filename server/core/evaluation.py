@@ -253,7 +253,8 @@ class Evaluation:
 
     def on_step(self, payload: dict[str, Any], now: float) -> dict[str, Any] | None:
         self._heard(now)
-        wants_reply = self.server_side or bool(extension(payload).get("reply"))
+        # ``is True``, not bool(): the truth of an array from the wire raises.
+        wants_reply = self.server_side or extension(payload).get("reply") is True
         episode = self.current
         if episode is None:
             if self.restarted:  # a step of the item the killed evaluator was running

@@ -76,7 +76,8 @@ class Restarts:
         a client of another format ends the evaluation at once, with both named."""
         evaluation = self.evaluation
         formats = ext.get("formats")
-        if formats == "server-side":
+        # Only a str is compared: an array from the wire would compare element by element.
+        if isinstance(formats, str) and formats == "server-side":
             plays = evaluation.server_side
         elif isinstance(formats, list) and formats and all(isinstance(f, str) for f in formats):
             plays = evaluation.format_name in formats

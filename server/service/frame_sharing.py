@@ -28,12 +28,14 @@ class FrameSharing:
         if response is None:
             return response
         frames = extension(payload).get("frames")
-        if frames == SHARED and type_ == FLATLAND_RL.PING and response.get("type") == FLATLAND_RL.PONG:
+        # ``is True``: an array from the wire compares element by element, and its truth raises.
+        shared = (frames == SHARED) is True
+        if shared and type_ == FLATLAND_RL.PING and response.get("type") == FLATLAND_RL.PONG:
             return self._offer(response)
         writer = self.writer
         if writer is None or response.get("type") not in _WITH_OBSERVATIONS:
             return response
-        if frames == SHARED:  # an older client: slots 0 and 1 in turn, copied out
+        if shared:  # an older client: slots 0 and 1 in turn, copied out
             slot = None
         elif type(frames) is int and 0 <= frames < writer.slots:  # the slot the client named
             slot = frames
