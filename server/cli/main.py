@@ -130,7 +130,7 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from arbiter.server.service.build import run_to_end, start_service
+    from arbiter.server.service.build import everything_on_record, run_to_end, start_service
     from arbiter.server.service.submission_naming import name_submission
 
     keep_freed_memory()
@@ -178,7 +178,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     name_submission(service, args.participant, results_dir=results_dir, resume=args.resume)
     evaluation = service.evaluation
-    if args.resume and evaluation.next_index >= evaluation.total and not evaluation.finished:
+    if args.resume and everything_on_record(evaluation):
         # The agent is not this process's: one that lived on may still send its ENV_SUBMIT.
         progress.note(
             f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to play; "

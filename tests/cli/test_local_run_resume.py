@@ -230,8 +230,8 @@ DIAMBRA_EXAMPLE = str(paths.REPO / "examples" / "diambra_agent" / "agent.py")
 
 def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(redis_url, service_id, tmp_path):
     """Killed after its last item and before its summary: nothing is left to play, so the agent is
-    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1); the run
-    ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
+    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1) nor said to
+    be waited for; the run ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
     pytest.importorskip("diambra.arena")
     options = ["--competition", "diambra", "--set", "episodes=1", "--set", "frame_shape=[64, 64, 1]",
                "--redis-url", redis_url]  # fmt: skip
@@ -256,6 +256,8 @@ def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(re
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "nothing is left to play, so the agent is not started" in resumed.stderr
+    started = [line for line in resumed.stderr.splitlines() if line.startswith(f"arbiter: service id {service_id!r}")]
+    assert started == [f"arbiter: service id {service_id!r} on {redis_url}"]  # no agent is waited for
     assert "submitted:" not in resumed.stdout  # the agent never ran
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS"
