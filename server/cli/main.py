@@ -130,7 +130,7 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from arbiter.server.service.build import run_to_end, start_service
+    from arbiter.server.service.build import everything_on_record, run_to_end, start_service
     from arbiter.server.service.submission_naming import name_submission
 
     keep_freed_memory()
@@ -148,6 +148,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             f"arbiter serve needs --tests DIR or the competition's tests key{f' (or {variable})' if variable else ''}: "
             f"format {spec.format!r} plays a test folder"
         )
+    if args.no_agent and not args.resume:
+        raise ConfigError("--no-agent goes with --resume: only an evaluation with every item on record needs no agent")
     results_dir, made_folder = claim_results(args)  # once the settings are checked: a refused command makes no folder
     if args.resume and not holds_an_evaluation(results_dir):
         # An evaluator killed before its first write leaves nothing to continue, and one started
@@ -171,6 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             poll_window_us=poll_window_us,
             redis_private=args.private_redis,
             command="serve",
+            agent_if_done=not args.no_agent,
         )
     except BaseException:  # nothing was evaluated (its Redis out of reach, say): no folder is left of it
         if made_folder is not None:
@@ -178,7 +181,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     name_submission(service, args.participant, results_dir=results_dir, resume=args.resume)
     evaluation = service.evaluation
-    if args.resume and evaluation.next_index >= evaluation.total and not evaluation.finished:
+    if args.no_agent:
+        # Whoever runs the agent started none (the Kubernetes backend, for an evaluation with every
+        # item on record): it ends now, as `arbiter run --resume` ends one.
+        refuse_items_left(service)
+        progress.note(
+            f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to play, "
+            "and no agent comes (--no-agent)"
+        )
+        evaluation.endings.nothing_left_to_play(evaluation.clock())
+    elif args.resume and everything_on_record(evaluation):
         # The agent is not this process's: one that lived on may still send its ENV_SUBMIT.
         progress.note(
             f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to play; "
@@ -187,6 +199,22 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # An agent waiting on a reply when the evaluation ended by itself is told how, not left to its timeout.
     summary = run_to_end(service, progress, results_dir, answer_after_end_s=ANSWER_AFTER_END_S, agent_watched=False)
     return EXIT_CODES[summary["state"]]
+
+
+def refuse_items_left(service: Any) -> None:
+    """``serve --no-agent`` of an evaluation with items left to play: ``ConfigError``, the
+    evaluation left as it was for a resume with an agent."""
+    from arbiter.server.service.build import everything_on_record
+
+    evaluation = service.evaluation
+    if everything_on_record(evaluation):
+        return
+    service.events.close()
+    service.close()
+    left = evaluation.endings.items_said(evaluation.total - evaluation.next_index)
+    raise ConfigError(
+        f"--no-agent: not every item is on record ({left} of {evaluation.total} left to play); resume it with an agent"
+    )
 
 
 def format_hook(format_name: str, hook: str, lacking: str) -> Callable[..., Any]:

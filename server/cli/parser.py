@@ -299,6 +299,12 @@ def build_parser() -> argparse.ArgumentParser:
     _shared_options(serve, "serve")
     private = "the Redis serves this evaluation alone: full, it was filled by the agent, and the evaluation fails"
     serve.add_argument("--private-redis", action="store_true", help=private + " (not INTERRUPTED)")
+    serve.add_argument(
+        "--no-agent",
+        action="store_true",
+        help="with --resume: no agent will come, as every item is on record; the evaluation ends at once "
+        "(refused when items are left to play)",
+    )
 
     _generate_parser(commands)
     add_results_parsers(commands)  # watch, replay, rescore, report

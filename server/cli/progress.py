@@ -53,7 +53,10 @@ class Progress:
         redis: str,
         nouns: tuple[str, str] | None = None,
         on_record: int = 0,
+        agent: bool = True,
     ) -> None:
+        """``agent`` False: no agent is waited for (a resume with every item on record whose agent
+        is not started), and the line does not say one is."""
         label = " [DEBUG run: shortened, not an official score]" if debug else ""
         of_source = f" of {tests}" if tests else ""  # a plan that names no source (Plan.source) is said without
         # A resumed evaluation says what it goes on from: the items its folder holds are not played again.
@@ -61,7 +64,7 @@ class Progress:
         self.note(
             f"arbiter: evaluating {count_items(episodes, self.format_name, nouns)}{of_source}{kept} ({competition})"
             f"{label}\n"
-            f"arbiter: service id {service_id!r} on {redis}; waiting for the agent"
+            f"arbiter: service id {service_id!r} on {redis}{'; waiting for the agent' if agent else ''}"
         )
 
     def episode(self, record: dict[str, Any], evaluation: Any) -> None:

@@ -41,7 +41,7 @@ from arbiter.server.cli.settings import first_missing
 from arbiter.server.core.competition import CompetitionSpec
 from arbiter.server.core.evaluation import State
 from arbiter.server.formats import get_format
-from arbiter.server.service.build import run_to_end, start_service
+from arbiter.server.service.build import everything_on_record, run_to_end, start_service
 from arbiter.server.service.loop import EvaluatorService
 from arbiter.server.service.submission_naming import name_submission
 from arbiter.server.service.transport import EVALUATOR_WINDOW_US
@@ -270,12 +270,13 @@ def run_local(
             redis_label=redis_label,
             poll_window_us=poll_window_us,
             command=command,
+            agent_if_done=False,
         )
         name_submission(service, participant, results_dir=results_dir, resume=resume, submitted_at=submitted_at)
         evaluation = service.evaluation
         # Killed after its last item and before its summary: an agent would be told at once there
         # is nothing to play, which not every agent's loop expects (Endings.nothing_left_to_play).
-        nothing_left = resume and evaluation.next_index >= evaluation.total and not evaluation.finished
+        nothing_left = resume and everything_on_record(evaluation)
         if nothing_left:
             progress.note(
                 f"arbiter: every item is on record ({evaluation.endings.all_handed_out()}): nothing is left to "

@@ -30,6 +30,9 @@ from arbiter.server.service.events import EPISODE, FINISHED, INTERRUPTED, REPLAY
 
 WATCH_BLOCK_S = 1.0  # one XREAD waits at most this long, so the --timeout check stays prompt
 WATCH_BATCH = 100  # events per XREAD: a late watcher catches up in a few round trips
+# An answer later than this after its XREAD's block ends (or a first answer later than --timeout
+# and this) is Redis not answering: --timeout bounds the wait for an answer as for an event.
+ANSWER_SLACK_S = 0.25
 CATCH_UP_BATCH = 1000  # events per XRANGE when --new-only reads the history for its counts only
 # How a timeout line names one item: a two-phase item is an episode or a whole training run.
 ONE_ITEM = {"metalc": "dataset", "two-phase": "item"}
@@ -55,7 +58,8 @@ def follow(
     An INTERRUPTED end is final only when nothing follows it in the stream: a resumed start
     after it continues the same evaluation."""
     key = keys.events_key(service_id)
-    conn = connect(redis_url, socket_timeout_s=WATCH_BLOCK_S + 5.0)
+    # An XREAD blocks for at most min(--timeout, WATCH_BLOCK_S): never longer than the socket waits.
+    conn = connect(redis_url, socket_timeout_s=min(WATCH_BLOCK_S + 5.0, timeout_s + ANSWER_SLACK_S))
     story = Story()
     try:
         # --new-only shows what happens from now on, but counts what happened before too.
@@ -108,7 +112,7 @@ def _read(conn: redis.Redis, key: str, last_id: Any, block_ms: int | None) -> li
     try:
         found = conn.xread({key: last_id}, count=WATCH_BATCH, block=block_ms)
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise WatchError(f"cannot reach Redis: {exc}") from None
+        raise _unreachable(conn, exc) from None
     except redis.ResponseError as exc:
         raise WatchError(f"cannot read {key}: {exc}") from None
     return [entry for _, entries in found or [] for entry in entries]
@@ -137,9 +141,16 @@ def _catch_up(conn: redis.Redis, key: str, story: Story) -> tuple[Any, tuple[str
                 return last_id, ended
             start = b"(" + entries[-1][0]  # exclusive: after the last entry taken
     except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise WatchError(f"cannot reach Redis: {exc}") from None
+        raise _unreachable(conn, exc) from None
     except redis.ResponseError as exc:
         raise WatchError(f"cannot read {key}: {exc}") from None
+
+
+def _unreachable(conn: redis.Redis, exc: Exception) -> WatchError:
+    if isinstance(exc, redis.TimeoutError):  # connected, yet no answer: said so, not as the socket's words
+        waited = conn.connection_pool.connection_kwargs.get("socket_timeout")
+        return WatchError(f"cannot reach Redis: it did not answer within {waited:g} s")
+    return WatchError(f"cannot reach Redis: {exc}")
 
 
 def _parse(fields: dict) -> dict[str, Any] | None:

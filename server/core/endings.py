@@ -143,7 +143,8 @@ class Endings:
 
     def nothing_left_to_play(self, now: float) -> None:
         """A resume found every item on record (its run was killed before its summary) and the
-        agent is this process's to start (``arbiter run``): it is not started, as an agent would
+        agent is this process's to start (``arbiter run``), or none comes (``serve --no-agent``,
+        as the Kubernetes backend starts it): no agent is started, as an agent would
         only be told there is nothing to play, which the loops some communities write do not
         expect (DIAMBRA's steps after its first reset); the evaluation ends as the uninterrupted
         one whose agent went quiet after its last item."""

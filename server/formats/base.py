@@ -227,6 +227,9 @@ class Rule(ABC):
     # The names of the figures ``figures`` reports: what a competition file's [leaderboard]
     # columns may name, checked when the file is loaded.
     figure_names: tuple[str, ...] = ("primary", "secondary")
+    # Per figure name: its title, whether higher is better and its format spec, whatever the
+    # records (``figure_of``): a board shows such a column alike before its first score and after.
+    described: dict[str, tuple[str, bool, str]] = {}
     # The fields ``context`` reports: what an achievement's condition and [leaderboard] per may name.
     context_names: tuple[str, ...] = ()
 
@@ -276,9 +279,17 @@ class Rule(ABC):
         phase); by default none."""
         return {}
 
+    def figure_of(self, name: str, value: float | None, spread_map: Any = None) -> dict[str, Any]:
+        """The figure ``name`` as ``described`` says it, with ``value`` and its spread."""
+        title, higher_is_better, spec = self.described[name]
+        return figure(name, title, value, higher_is_better=higher_is_better, spec=spec, spread_map=spread_map)
+
     def unscored_column(self, name: str) -> tuple[str, str, str]:
         """Title, direction and format spec of the column ``name`` on a board with no figure of it
-        yet; by default its name, in the rule's direction."""
+        yet: as ``described`` says, else its name, in the rule's direction."""
+        if name in self.described:
+            title, higher_is_better, spec = self.described[name]
+            return title, "higher" if higher_is_better else "lower", spec
         return name, "higher" if self.higher_is_better else "lower", ".4f"
 
 

@@ -53,7 +53,7 @@ from arbiter.server.hosting.kubernetes_manifests import (
     owner_reference,
     secret_manifest,
 )
-from arbiter.server.hosting.kubernetes_plan import plan_evaluation
+from arbiter.server.hosting.kubernetes_plan import nothing_left_to_play, plan_evaluation
 from arbiter.server.hosting.kubernetes_status import (
     AgentWatch,
     EvaluationLost,
@@ -200,7 +200,9 @@ class KubernetesBackend:
             log.error("the Job of %s was not deleted: %s", submission_id, exc)
 
     def evaluate(self, spec: CompetitionSpec, submission: Submission, *, results_dir: str, resume: bool) -> Evaluated:
-        plan = plan_evaluation(spec, submission, self.options, resume=resume)
+        # Nothing left to play: no agent is started, as the local and container backends start none.
+        nothing_left = resume and nothing_left_to_play(results_dir)
+        plan = plan_evaluation(spec, submission, self.options, resume=resume, agent=not nothing_left)
         if not os.path.normpath(results_dir).endswith(os.sep + os.path.join(plan.competition_name, plan.submission_id)):
             raise ConfigError(f"{results_dir} is not <results root>/{plan.results_subpath}, where the evaluator writes")
         # Made by the worker, so that the evaluator (the same uid) writes into a folder of its own user.

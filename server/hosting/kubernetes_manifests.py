@@ -129,6 +129,9 @@ class EvaluationPlan:
     tests: str | None  # the evaluator's --tests (under TESTS_MOUNT)
     deadline_s: int  # activeDeadlineSeconds
     hosting: HostingPolicy
+    # False: the pod runs the evaluator alone (a resume with every item on record, `serve
+    # --no-agent`): an agent would only be told there is nothing to play.
+    agent: bool = True
 
     @property
     def results_subpath(self) -> str:
@@ -331,7 +334,7 @@ def job_manifest(plan: EvaluationPlan, options: KubernetesOptions, *, suspended:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "initContainers": [_redis_container(plan, options)],
-        "containers": [_evaluator_container(plan, options), _agent_container(plan)],
+        "containers": [_evaluator_container(plan, options), *([_agent_container(plan)] if plan.agent else [])],
         "volumes": _volumes(plan, options),
     }
     if options.service_account:

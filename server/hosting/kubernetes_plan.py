@@ -11,10 +11,12 @@ IMAGE COMMAND`` does. A submission's working folder is not used: the agent's fil
 
 from __future__ import annotations
 
+import json
 import os
 
 from arbiter.protocol.errors import ConfigError
 from arbiter.server.core.competition import CompetitionSpec, preset_names
+from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE
 from arbiter.server.formats import get_format
 from arbiter.server.hosting.kubernetes_manifests import (
     COMPETITION_MOUNT,
@@ -26,13 +28,16 @@ from arbiter.server.hosting.kubernetes_manifests import (
 )
 from arbiter.server.hosting.queue import job_timeout_s
 from arbiter.server.hosting.submissions import Submission
+from arbiter.server.service.events import first_start_recorded
+from arbiter.server.service.records_file import read_items
 
 
 def evaluator_args(
-    competition: str, submission: Submission, *, tests: str | None, results: str, resume: bool
+    competition: str, submission: Submission, *, tests: str | None, results: str, resume: bool, agent: bool = True
 ) -> tuple[str, ...]:
     """``arbiter serve``'s options (the image's entrypoint) for the competition as the submission
-    asked for it: the same overrides, phase and debug as the worker's own spec."""
+    asked for it: the same overrides, phase and debug as the worker's own spec. ``agent`` False:
+    the pod runs no agent (``--no-agent``, a resume with nothing left to play)."""
     args = ["--competition", competition]
     for assignment in submission.sets:
         args += ["--set", assignment]
@@ -44,12 +49,33 @@ def evaluator_args(
         args += ["--tests", tests]
     # The pod's Redis is the evaluation's own (a sidecar): full, it was filled by the agent.
     args += ["--results", results, "--service-id", submission.id, "--private-redis"]
-    return tuple(args + (["--resume"] if resume else []))
+    return tuple(args + (["--resume"] if resume else []) + ([] if agent else ["--no-agent"]))
+
+
+def nothing_left_to_play(results_dir: str) -> bool:
+    """Whether the evaluation in ``results_dir`` holds a record of every item and has not ended
+    (an evaluator killed after its last item and before its summary): its resume then runs no
+    agent, which would only be told there is nothing to play (DIAMBRA's loop steps on after its
+    first reset, and fails). Read from its files alone: the worker need not see the test data."""
+    try:
+        with open(os.path.join(results_dir, SUMMARY_FILE), encoding="utf-8") as handle:
+            summary = json.load(handle)
+    except (OSError, ValueError):
+        summary = None  # none yet, or cut by the kill: the records say how far it went
+    if isinstance(summary, dict) and summary.get("state") in ("SUCCESS", "FAILED"):
+        return False  # ended: the evaluator says so, and there is nothing to resume
+    started = first_start_recorded(os.path.join(results_dir, EVENTS_FILE))
+    total = started.get("episodes_total") if started is not None else None
+    if type(total) is not int or total < 1:
+        return False
+    items = read_items(os.path.join(results_dir, EPISODES_FILE)).items
+    return len({item.index for item in items}) >= total
 
 
 def plan_evaluation(
-    spec: CompetitionSpec, submission: Submission, options: KubernetesOptions, *, resume: bool
+    spec: CompetitionSpec, submission: Submission, options: KubernetesOptions, *, resume: bool, agent: bool = True
 ) -> EvaluationPlan:
+    """``agent`` False (a resume with nothing left to play): the Job runs the evaluator alone."""
     image = getattr(submission, "image", None) or spec.hosting.image
     if not image:
         raise ConfigError(
@@ -86,11 +112,14 @@ def plan_evaluation(
         competition_name=competition_name,
         agent_image=image,
         agent_args=tuple(submission.agent),
-        evaluator_args=evaluator_args(competition, submission, tests=tests, results=results, resume=resume),
+        evaluator_args=evaluator_args(
+            competition, submission, tests=tests, results=results, resume=resume, agent=agent
+        ),
         competition_file=competition_file,
         tests=tests,
         deadline_s=job_timeout_s(spec),
         hosting=spec.hosting,
+        agent=agent,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.output_files import make_output_folder
 from arbiter.server.core.rescore import EVENTS_FILE
 from arbiter.server.core.words import resume_command
 from arbiter.server.report.charts import (
@@ -324,6 +325,10 @@ def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path
     """Read ``results_dir`` and write the report (default ``results_dir/report.html``); returns its path."""
     summary, episodes = load_results(results_dir)
     target = Path(out) if out is not None else Path(results_dir) / REPORT_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(render_report(summary, episodes, source=str(results_dir)), encoding="utf-8")
+    page = render_report(summary, episodes, source=str(results_dir))
+    make_output_folder(str(target))
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(target)!r}: {exc.strerror or exc}") from None
     return target

@@ -186,10 +186,13 @@ def start_service(
     poll_window_us: float = EVALUATOR_WINDOW_US,
     redis_private: bool = False,
     command: str | None = None,
+    agent_if_done: bool = True,
 ) -> EvaluatorService:
     """A service ready to run in the main thread: signals handled (each one also given to
     ``on_stop_signal``, from the signal handler), progress announced (the Redis by ``redis_label``
-    if given, else by its URL with any password hidden). ``redis_private``: see EvaluatorService."""
+    if given, else by its URL with any password hidden). ``redis_private``: see EvaluatorService.
+    ``agent_if_done`` False: a resume with every item on record (``everything_on_record``) waits for no
+    agent, and its start line says none."""
     service = build_service(
         spec,
         tests=tests,
@@ -217,8 +220,15 @@ def start_service(
         competition=spec.name,
         debug=spec.debug,
         redis=redis_label or redacted(redis_url),
+        agent=agent_if_done or not (resume and everything_on_record(service.evaluation)),
     )
     return service
+
+
+def everything_on_record(evaluation: Evaluation) -> bool:
+    """Every item is on record and the evaluation has not ended: what a resume of one killed after
+    its last item and before its summary finds."""
+    return evaluation.next_index >= evaluation.total and not evaluation.finished
 
 
 def run_to_end(

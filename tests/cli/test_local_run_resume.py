@@ -228,27 +228,73 @@ def test_a_resume_under_another_format_is_refused_before_it_writes_anything(tiny
 DIAMBRA_EXAMPLE = str(paths.REPO / "examples" / "diambra_agent" / "agent.py")
 
 
-def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(redis_url, service_id, tmp_path):
-    """Killed after its last item and before its summary: nothing is left to play, so the agent is
-    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1); the run
-    ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
+DIAMBRA_OPTIONS = ["--competition", "diambra", "--set", "episodes=1", "--set", "frame_shape=[64, 64, 1]"]
+
+
+def killed_after_its_last_item(redis_url, service_id, tmp_path):
+    """A DIAMBRA evaluation of one episode as a SIGKILL between the episode's record and the
+    summary leaves it, and the folder of the same evaluation played to its end."""
     pytest.importorskip("diambra.arena")
-    options = ["--competition", "diambra", "--set", "episodes=1", "--set", "frame_shape=[64, 64, 1]",
-               "--redis-url", redis_url]  # fmt: skip
     played = tmp_path / "played"
     whole = subprocess.run(
-        [*ARBITER, "run", *options, "--service-id", service_id + "-a", "--results", str(played), "--quiet",
-         "--", sys.executable, DIAMBRA_EXAMPLE],
+        [*ARBITER, "run", *DIAMBRA_OPTIONS, "--redis-url", redis_url, "--service-id", service_id + "-a",
+         "--results", str(played), "--quiet", "--", sys.executable, DIAMBRA_EXAMPLE],
         cwd=str(tmp_path), capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     assert whole.returncode == 0, whole.stderr[-3000:]
-    # What a SIGKILL between the last item's record and the summary leaves.
     results = tmp_path / "killed"
     shutil.copytree(played, results)
     (results / "summary.json").unlink()
     events = (results / "events.jsonl").read_text(encoding="utf-8").splitlines(keepends=True)
     (results / "events.jsonl").write_text("".join(e for e in events if '"event":"finished"' not in e), "utf-8")
+    return played, results
 
+
+NOTHING_LEFT_CAUSE = (
+    "the 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
+    "so no agent was started"
+)
+
+
+def test_serve_resume_with_no_agent_ends_at_once_when_every_item_is_on_record(redis_url, service_id, tmp_path):
+    """What the Kubernetes backend runs when every item is on record (it starts no agent):
+    `serve --resume --no-agent` ends at once, SUCCESS with the uninterrupted run's score."""
+    played, results = killed_after_its_last_item(redis_url, service_id, tmp_path)
+    served = subprocess.run(
+        [*ARBITER, "serve", "--resume", "--no-agent", *DIAMBRA_OPTIONS, "--redis-url", redis_url,
+         "--service-id", service_id, "--results", str(results)],
+        cwd=str(tmp_path), capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert served.returncode == 0, served.stderr[-3000:]
+    assert "waiting" not in served.stderr and "no agent comes (--no-agent)" in served.stderr
+    summary = read_summary(str(results))
+    assert summary["state"] == "SUCCESS" and summary["termination_cause"] == NOTHING_LEFT_CAUSE
+    assert summary["score"] == read_summary(str(played))["score"]
+
+
+def test_serve_no_agent_with_items_left_or_without_resume_is_refused_and_keeps_the_folder(
+    redis_url, service_id, tmp_path
+):
+    _, results = killed_after_its_last_item(redis_url, service_id, tmp_path)
+    (results / "episodes.jsonl").write_text("", encoding="utf-8")  # killed inside its only episode
+    before = (results / "events.jsonl").read_text(encoding="utf-8")
+    serve = [*ARBITER, "serve", "--no-agent", *DIAMBRA_OPTIONS, "--redis-url", redis_url, "--service-id", service_id,
+             "--results", str(results)]  # fmt: skip
+    refused = subprocess.run([*serve, "--resume"], cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2, refused.stderr[-3000:]
+    assert "--no-agent: not every item is on record (1 episode of 1 left to play)" in refused.stderr
+    assert not (results / "summary.json").exists() and (results / "episodes.jsonl").read_text() == ""
+    assert (results / "events.jsonl").read_text(encoding="utf-8").startswith(before)
+    alone = subprocess.run(serve, cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+    assert alone.returncode == 2 and "--no-agent goes with --resume" in alone.stderr
+
+
+def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(redis_url, service_id, tmp_path):
+    """Killed after its last item and before its summary: nothing is left to play, so the agent is
+    not started (DIAMBRA's loop, told so by its first reset, would step on and exit 1) nor said to
+    be waited for; the run ends SUCCESS with the uninterrupted run's score and exit status 0, and says why."""
+    played, results = killed_after_its_last_item(redis_url, service_id, tmp_path)
+    options = [*DIAMBRA_OPTIONS, "--redis-url", redis_url]
     resumed = subprocess.run(
         [*ARBITER, "run", "--resume", *options, "--service-id", service_id, "--results", str(results),
          "--", sys.executable, DIAMBRA_EXAMPLE],
@@ -256,13 +302,12 @@ def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(re
     )  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "nothing is left to play, so the agent is not started" in resumed.stderr
+    started = [line for line in resumed.stderr.splitlines() if line.startswith(f"arbiter: service id {service_id!r}")]
+    assert started == [f"arbiter: service id {service_id!r} on {redis_url}"]  # no agent is waited for
     assert "submitted:" not in resumed.stdout  # the agent never ran
     summary = read_summary(str(results))
     assert summary["state"] == "SUCCESS"
-    assert summary["termination_cause"] == (
-        "the 1 episode evaluated; every item was on record when the evaluation resumed: nothing was left to play, "
-        "so no agent was started"
-    )
+    assert summary["termination_cause"] == NOTHING_LEFT_CAUSE
     assert summary["score"] == read_summary(str(played))["score"]
     assert summary["counters"]["resumed"] == 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -17,7 +18,7 @@ from harness import finish, play_episode, read_episodes, read_summary, running_s
 from arbiter.client import RemoteClient
 from arbiter.protocol import keys
 from arbiter.server.cli.embedded_redis import free_port
-from arbiter.server.cli.watch import follow
+from arbiter.server.cli.watch import WatchError, follow
 
 WATCH = [sys.executable, "-m", "arbiter.server.cli", "watch"]
 
@@ -107,6 +108,20 @@ def test_watch_reports_an_unreachable_redis(service_id):
         timeout=30,
     )
     assert done.returncode == 2 and "arbiter: error: cannot reach Redis" in done.stderr
+
+
+@pytest.mark.parametrize("from_start", [True, False], ids=["from-start", "new-only"])
+def test_the_timeout_bounds_the_wait_for_a_redis_that_never_answers(from_start, service_id):
+    """A server that takes the connection and never answers: the error comes within --timeout
+    (and a quarter second), not after the socket's own wait."""
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()  # the kernel takes connections; nothing ever reads them
+        url = f"redis://127.0.0.1:{silent.getsockname()[1]}/0"
+        started = time.monotonic()
+        with pytest.raises(WatchError, match=r"cannot reach Redis: it did not answer within 0.75 s"):
+            follow(url, service_id, timeout_s=0.5, from_start=from_start, out=io.StringIO())
+        assert time.monotonic() - started < 1.5
 
 
 def test_new_only_skips_the_history(redis_url, service_id, tiny_tests, tmp_path):

@@ -188,6 +188,25 @@ def test_run_with_a_participant_writes_who_and_when_and_without_one_writes_no_id
 
 
 @pytest.mark.parametrize("format_name", list(FIGURES))
+def test_a_board_with_no_score_yet_titles_and_formats_each_column_as_a_scored_one(format_name, request):
+    """What a board shows of a column before its first figure (the rule's ``unscored_column``) is
+    what it shows once a figure is there: title, direction and format."""
+    summary = read_summary(request.getfixturevalue(FOLDERS[format_name]))
+    rule = scoring_rule(format_name, summary["scoring"])
+    for found in summary["leaderboard"]["figures"]:
+        assert rule.unscored_column(found["name"]) == (found["title"], found["direction"], found["spec"])
+
+
+def test_flatland3s_columns_look_alike_before_and_after_a_score():
+    rule = Flatland3()
+    episodes = [{"test": "Test_0", "normalized_return": 0.5, "arrived_fraction": 1.0, "played": True}]
+    figures = rule.figures(episodes, rule.aggregate(episodes))
+    assert [f["name"] for f in figures] == list(rule.figure_names)
+    for found in figures:
+        assert rule.unscored_column(found["name"]) == (found["title"], found["direction"], found["spec"])
+
+
+@pytest.mark.parametrize("format_name", list(FIGURES))
 def test_a_fresh_folder_still_rescores_to_its_recorded_score(format_name, request):
     results = request.getfixturevalue(FOLDERS[format_name])
     done = subprocess.run([*ARBITER, "rescore", results], capture_output=True, text=True, timeout=60, cwd=REPO)

@@ -209,6 +209,30 @@ def test_a_job_that_failed_without_a_result_is_replaced_by_one_that_resumes(tmp_
     assert evaluator["args"][-1] == "--resume"
 
 
+def killed_after(results_dir: Path, items: int, total: int) -> None:
+    """What an evaluator of ``total`` items killed once ``items`` were on record leaves: its
+    started event, those items' records, no summary."""
+    results_dir.mkdir(parents=True)
+    started = {"event": "started", "episodes_total": total, "episodes_done": 0, "resumed": False}
+    (results_dir / "events.jsonl").write_text(json.dumps(started) + "\n", encoding="utf-8")
+    records = "".join(json.dumps({"index": index, "unit": f"Level_{index}"}) + "\n" for index in range(items))
+    (results_dir / "episodes.jsonl").write_text(records, encoding="utf-8")
+
+
+@pytest.mark.parametrize(("items", "agent"), [(3, False), (2, True)], ids=["every-item", "one-left"])
+def test_a_resume_with_every_item_on_record_runs_no_agent(items: int, agent: bool, tmp_path: Path) -> None:
+    """An agent started then would only be told there is nothing to play (DIAMBRA's loop steps on
+    after its first reset, and fails): the Job runs the evaluator alone, told no agent comes."""
+    submission = a_submission()
+    plan, results_dir = plan_for(submission, tmp_path)
+    killed_after(results_dir, items, total=3)
+    cluster = ScriptedCluster(results_dir, [Moment("complete", 0, 0, summary="SUCCESS")])
+    assert evaluate(cluster, submission, results_dir, resume=True).summary["state"] == "SUCCESS"
+    pod = cluster.bodies[plan.name]["spec"]["template"]["spec"]
+    assert [container["name"] for container in pod["containers"]] == ["evaluator", *(["agent"] if agent else [])]
+    assert pod["containers"][0]["args"][-1] == ("--resume" if agent else "--no-agent")
+
+
 def test_a_worker_follows_the_job_its_lost_predecessor_started(tmp_path: Path) -> None:
     submission = a_submission()
     plan, results_dir = plan_for(submission, tmp_path)

@@ -141,6 +141,15 @@ def test_every_object_of_every_variant_is_valid_for_the_api(competition_file: st
                 pytest.fail(f"{label}: {manifest['kind']}: {exc}")
 
 
+def test_a_resume_with_nothing_left_to_play_runs_the_evaluator_alone(competition_file: str) -> None:
+    for _, submission in every_variant(competition_file):
+        plan = plan_evaluation(submission_spec(submission), submission, OPTIONS, resume=True, agent=False)
+        job = job_manifest(plan, OPTIONS, suspended=True)
+        validate(job)
+        assert set(containers(job)) == {"redis", "evaluator"}
+        assert containers(job)["evaluator"]["args"][-2:] == ["--resume", "--no-agent"]
+
+
 def test_the_schema_check_refuses_what_the_api_server_would() -> None:
     job, _, _ = objects(a_submission("flatland-neurips2020", "hosting.image=a/b:1"))
     job["spec"]["template"]["spec"]["containers"][0]["securityContext"]["runAsRoot"] = False  # no such field

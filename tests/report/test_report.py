@@ -257,6 +257,16 @@ def test_write_report_defaults_to_the_results_folder(tmp_path: Path) -> None:
     assert out.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
 
 
+def test_an_out_with_a_file_or_a_folder_in_the_way_is_a_clear_error(tmp_path: Path, capsys) -> None:
+    results = write_results(tmp_path / "r", SUMMARY, [episode(0), episode(1), episode(2)])
+    (tmp_path / "afile").write_text("kept", encoding="utf-8")
+    assert main(["report", str(results), "--out", str(tmp_path / "afile" / "sub" / "r.html")]) == 2
+    assert f"{str(tmp_path / 'afile')!r} is a file, not a folder" in capsys.readouterr().err
+    assert (tmp_path / "afile").read_text(encoding="utf-8") == "kept"
+    assert main(["report", str(results), "--out", str(tmp_path)]) == 2
+    assert f"--out {str(tmp_path)!r} is a folder: name the file to write" in capsys.readouterr().err
+
+
 def test_no_episodes_file_is_fine_when_none_was_recorded(tmp_path: Path) -> None:
     summary = unscored("FAILED", "no episode was played")
     summary["episodes"]["recorded"] = 0

@@ -23,7 +23,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from arbiter.server.core.scoring import figure
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.diambra.engine import ENGINE_MOCK, MOCK_NOTE
 from arbiter.server.formats.diambra.games import GAMES
@@ -132,6 +131,10 @@ class DifficultyWeightedRule(Rule):
 
     name = RULE_NAME
     options: DiambraSettings | None
+    described = {
+        "score": ("mean difficulty-weighted score", True, ".2f"),
+        "reward": ("mean cumulative reward", True, ".2f"),
+    }
 
     def primary(self, records: list[dict[str, Any]]) -> float | None:
         scores = [rescore(r)[1] for r in records]
@@ -145,8 +148,8 @@ class DifficultyWeightedRule(Rule):
         return {
             "primary": statistics.fmean(scores) if scores else None,
             "secondary": statistics.fmean(rewards) if rewards else None,
-            "primary_name": "mean difficulty-weighted score",
-            "secondary_name": "mean cumulative reward",
+            "primary_name": self.described["score"][0],
+            "secondary_name": self.described["reward"][0],
             "primary_higher_is_better": True,
             "episodes": len(records),
             "timed_out": sum(1 for r in records if r.get("timeout")),
@@ -163,17 +166,8 @@ class DifficultyWeightedRule(Rule):
         spreads = score.get("spread") or {}
         primary, secondary = spreads.get("primary"), spreads.get("secondary")
         return [
-            figure(
-                "score", score["primary_name"], score["primary"], higher_is_better=True, spec=".2f", spread_map=primary
-            ),
-            figure(
-                "reward",
-                score["secondary_name"],
-                score["secondary"],
-                higher_is_better=True,
-                spec=".2f",
-                spread_map=secondary,
-            ),
+            self.figure_of("score", score["primary"], primary),
+            self.figure_of("reward", score["secondary"], secondary),
         ]
 
     def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:

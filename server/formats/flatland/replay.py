@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from arbiter.protocol.errors import ConfigError
+from arbiter.server.core.output_files import check_output_file, make_output_folder
 from arbiter.server.core.words import plural
 from arbiter.server.formats.flatland.episodes import EpisodeSpec, FlatlandEpisode
 from arbiter.server.service.records_file import read_records
@@ -126,8 +127,7 @@ def replay_to_gif(
     """Replay episode ``index`` of ``results_dir`` into the GIF ``out``; see ReplayOutcome.matches."""
     if renderer not in RENDERERS:
         raise ConfigError(f"unknown renderer {renderer!r}; use one of {', '.join(RENDERERS)}")
-    if not os.path.isdir(os.path.dirname(os.path.abspath(out))):
-        raise ConfigError(f"the folder of --out {out!r} does not exist")
+    check_output_file(out)  # before the replay: a path that cannot take the GIF is said at once
     replay, record = load_replay(results_dir, index)
     tests_dir = tests_folder(results_dir, tests)
     env_path = os.path.join(tests_dir, replay["env"])
@@ -141,6 +141,7 @@ def replay_to_gif(
     outcome = ReplayOutcome(index, replay["env"], 0, 0, 0, episode.num_agents, 0.0)
     frames = _frames(episode, actions, renderer, every, outcome, progress)
     first = next(frames)
+    make_output_folder(out)  # once the episode replayed: a refused replay leaves no folder behind
     tmp = f"{out}.tmp.{os.getpid()}"
     try:
         # Frames are drawn as the GIF writer asks for them, so only the encoded ones are kept.

@@ -19,9 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.server.core.scoring import figure, spread, sum_spread
+from arbiter.server.core.scoring import spread, sum_spread
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.flatland.options import TEST_MIN_PERCENTAGE_COMPLETE_MEAN
+
+ARRIVED_TITLE = "mean fraction of agents arrived"
 
 
 def _per_test(episodes: list[dict[str, Any]], key: str, reduce: Any) -> dict[str, float]:
@@ -39,7 +41,7 @@ def _aggregate(episodes: list[dict[str, Any]], primary_of: Any, primary_name: st
         "primary": primary_of(returns),
         "secondary": statistics.fmean(arrived),
         "primary_name": primary_name,
-        "secondary_name": "mean fraction of agents arrived",
+        "secondary_name": ARRIVED_TITLE,
         "per_test": {
             "primary": _per_test(episodes, "normalized_return", primary_of),
             "secondary": _per_test(episodes, "arrived_fraction", statistics.fmean),
@@ -92,22 +94,13 @@ class FlatlandRule(Rule):
         spreads = score.get("spread") or {}
         primary_spread = spreads.get("primary")
         return [
-            figure(
+            # A sum's interval is in the sum's units, or it could not be set beside its value.
+            self.figure_of(
                 "normalized_return",
-                score["primary_name"],
                 score["primary"],
-                higher_is_better=True,
-                # A sum's interval is in the sum's units, or it could not be set beside its value.
-                spread_map=sum_spread(primary_spread) if self.primary_sums else primary_spread,
+                sum_spread(primary_spread) if self.primary_sums else primary_spread,
             ),
-            figure(
-                "arrived_fraction",
-                score["secondary_name"],
-                score["secondary"],
-                higher_is_better=True,
-                spec=".3f",
-                spread_map=spreads.get("secondary"),
-            ),
+            self.figure_of("arrived_fraction", score["secondary"], spreads.get("secondary")),
         ]
 
 
@@ -116,6 +109,11 @@ class NeurIPS2020(FlatlandRule):
 
     name = "neurips2020"
     figure_names = ("normalized_return", "arrived_fraction", "round2_score")
+    described = {
+        "normalized_return": ("mean normalized return", True, ".4f"),
+        "arrived_fraction": (ARRIVED_TITLE, True, ".3f"),
+        "round2_score": ("sum of normalized returns plus one (round 2)", True, ".3f"),
+    }
     reward_model = "neurips2020"
 
     def normalized_return(
@@ -136,7 +134,7 @@ class NeurIPS2020(FlatlandRule):
         return arrived / num_agents
 
     def aggregate(self, episodes: list[dict[str, Any]]) -> dict[str, Any]:
-        return _aggregate(episodes, statistics.fmean, "mean normalized return")
+        return _aggregate(episodes, statistics.fmean, self.described["normalized_return"][0])
 
     def primary(self, episodes: list[dict[str, Any]]) -> float:
         return statistics.fmean(r["normalized_return"] for r in episodes)
@@ -145,14 +143,7 @@ class NeurIPS2020(FlatlandRule):
         """Beside the mean, NeurIPS 2020 round 2's figure: the sum over episodes of the normalized
         return plus one (each episode counts between 0, not finished, and 1)."""
         shifted = [r["normalized_return"] + 1.0 for r in episodes]
-        round2 = figure(
-            "round2_score",
-            "sum of normalized returns plus one (round 2)",
-            math.fsum(shifted),
-            higher_is_better=True,
-            spec=".3f",
-            spread_map=sum_spread(spread(shifted)) if shifted else None,
-        )
+        round2 = self.figure_of("round2_score", math.fsum(shifted), sum_spread(spread(shifted)) if shifted else None)
         return [*super().figures(episodes, score), round2]
 
 
@@ -162,6 +153,10 @@ class Flatland3(FlatlandRule):
 
     name = "flatland3"
     figure_names = ("normalized_return", "arrived_fraction")
+    described = {
+        "normalized_return": ("sum of normalized rewards", True, ".4f"),
+        "arrived_fraction": (ARRIVED_TITLE, True, ".3f"),
+    }
     reward_model = "flatland"
     primary_sums = True
     keeps_step_rewards = True
@@ -210,8 +205,8 @@ class Flatland3(FlatlandRule):
         return {
             "primary": pandas_sum(episodes, "normalized_return"),
             "secondary": pandas_mean(episodes, "arrived_fraction"),
-            "primary_name": "sum of normalized rewards",
-            "secondary_name": "mean fraction of agents arrived",
+            "primary_name": self.described["normalized_return"][0],
+            "secondary_name": ARRIVED_TITLE,
             "per_test": {
                 "primary": {test: pandas_sum(records, "normalized_return") for test, records in tests.items()},
                 "secondary": {test: pandas_mean(records, "arrived_fraction") for test, records in tests.items()},

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from arbiter.server.core.scoring import figure, spread
+from arbiter.server.core.scoring import spread
 from arbiter.server.formats.base import Rule
 
 T0_S = 60.0  # the time scale of the log normalization: how much early performance counts
@@ -148,6 +148,7 @@ class AlcRule(Rule):
 
     name = "alc"
     figure_names = ("alc", "final_score")
+    described = {"alc": ("average ALC", True, ".4f"), "final_score": ("average final score", True, ".4f")}
     context_names = ("phase",)
 
     def __init__(self, options: Any = None, *, phase: str = "dev", datasets: list[str] | None = None):
@@ -191,14 +192,8 @@ class AlcRule(Rule):
     def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
         spreads = score.get("spread") or {}
         return [
-            figure("alc", "average ALC", score["primary"], higher_is_better=True, spread_map=spreads.get("primary")),
-            figure(
-                "final_score",
-                "average final score",
-                score.get("secondary"),
-                higher_is_better=True,
-                spread_map=spreads.get("secondary"),
-            ),
+            self.figure_of("alc", score["primary"], spreads.get("primary")),
+            self.figure_of("final_score", score.get("secondary"), spreads.get("secondary")),
         ]
 
     def context(self, records: list[dict[str, Any]], score: dict[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from arbiter.server.core.scoring import figure, spread
+from arbiter.server.core.scoring import spread
 from arbiter.server.formats.base import Rule
 from arbiter.server.formats.two_phase.convergence import convergence_step, counts_for_convergence
 from arbiter.server.formats.two_phase.options import TwoPhaseOptions
@@ -52,6 +52,7 @@ def interquartile_mean(values: list[float]) -> float | None:
 class TwoPhaseRule(Rule):
     name = "two-phase"
     figure_names = ("phase1", "convergence", "eval")
+    described = {name: (title, higher, FIGURE_SPECS[name]) for name, (title, higher) in FIGURES.items()}
     context_names = ("env",)
     options: TwoPhaseOptions
 
@@ -145,23 +146,6 @@ class TwoPhaseRule(Rule):
             },
         }
 
-    def unscored_column(self, name: str) -> tuple[str, str, str]:
-        if name not in FIGURES:
-            return super().unscored_column(name)
-        title, higher_is_better = FIGURES[name]
-        return title, "higher" if higher_is_better else "lower", FIGURE_SPECS[name]
-
     def figures(self, records: list[dict[str, Any]], score: dict[str, Any]) -> list[dict[str, Any]]:
         spreads = score.get("spread") or {}
-        return [
-            figure(
-                name,
-                title,
-                score[name],
-                higher_is_better=higher_is_better,
-                spec=FIGURE_SPECS[name],
-                spread_map=spreads.get(name),
-            )
-            for name, (title, higher_is_better) in FIGURES.items()
-            if score.get(name) is not None
-        ]
+        return [self.figure_of(name, score[name], spreads.get(name)) for name in FIGURES if score.get(name) is not None]

@@ -137,6 +137,26 @@ def test_replay_errors_are_clear(recorded, tmp_path):
         replay_to_gif(copy, 0, out=str(tmp_path / "x.gif"), tests=str(tmp_path))
 
 
+def test_replay_makes_the_missing_folders_of_out_as_report_does_and_names_a_file_in_the_way(recorded, tmp_path):
+    out = tmp_path / "new" / "deeper" / "a.gif"
+    done = subprocess.run(
+        [*REPLAY, recorded, "0", "--out", str(out), "--renderer", "PIL", "--every", "1000"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert Image.open(out).format == "GIF"
+    (tmp_path / "afile").write_text("kept", encoding="utf-8")
+    in_the_way = subprocess.run(
+        [*REPLAY, recorded, "0", "--out", str(tmp_path / "afile" / "a.gif")], capture_output=True, text=True, timeout=60
+    )
+    assert in_the_way.returncode == 2
+    assert f"{str(tmp_path / 'afile')!r} is a file, not a folder" in in_the_way.stderr
+    assert (tmp_path / "afile").read_text(encoding="utf-8") == "kept"
+    # A refused replay leaves no folder behind.
+    refused = subprocess.run([*REPLAY, recorded, "2", "--out", str(tmp_path / "not" / "x.gif")], capture_output=True)
+    assert refused.returncode == 2 and not (tmp_path / "not").exists()
+
+
 def test_record_episodes_in_the_competition_spec_and_on_the_command_line():
     assert spec_from_dict("c", {"record_episodes": 3}).record_episodes == 3
     for bad in (-1, True, "2"):
