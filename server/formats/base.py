@@ -22,13 +22,10 @@ table at the end. ``gym_episode`` has the item and plan of a format around a Gym
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 from arbiter.protocol.messages import EXTENSION_KEY
 from arbiter.server.core.budgets import BudgetPolicy
@@ -38,6 +35,7 @@ from arbiter.server.formats import columns as output
 from arbiter.server.formats.columns import Column
 from arbiter.server.formats.options import options_from_dict
 from arbiter.server.formats.reset_seeds import reset_seed  # noqa: F401 (one of the helpers formats share)
+from arbiter.server.formats.step_values import finite, plain, step_reply  # noqa: F401 (the others)
 
 __all__ = [
     "Column",
@@ -351,52 +349,3 @@ class Format:
     @property
     def default_rule(self) -> str:
         return next(iter(self.rules))
-
-
-# -- helpers shared by formats --------------------------------------------------------------------
-
-
-_PLAIN_SCALARS = (str, int, float, bool, type(None))
-
-
-def plain(value: Any, _depth: int = 0) -> Any:
-    """A value made of what the wire carries (maps, lists, scalars, plain numpy), so an env's
-    ``info`` never breaks a reply: anything else travels as its ``repr``."""
-    if type(value) is dict and not value:  # most envs' info on most steps
-        return {}
-    if isinstance(value, _PLAIN_SCALARS) or _depth > 16:
-        return value if isinstance(value, _PLAIN_SCALARS) else repr(value)
-    if isinstance(value, np.ndarray):
-        return value if value.dtype.kind in "biufc" else value.tolist()
-    if isinstance(value, (np.bool_, np.number)):
-        return value.item()
-    if isinstance(value, dict):
-        return {k if isinstance(k, (str, int)) else str(k): plain(v, _depth + 1) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v, _depth + 1) for v in value]
-    return repr(value)
-
-
-def step_reply(
-    last: tuple[Any, float, bool, bool, Any], *, done: bool, step: int, invalid: int, info: Any = None, **ext: Any
-) -> dict[str, Any]:
-    """An ENV_STEP_RESPONSE body of a server-side format from a Gymnasium step's 5-tuple: the
-    step's results, where the item stands (``done``, ``step``), and the format's extension
-    fields (``stage_over`` at least). ``info`` replaces the env's info (already plain data)."""
-    observation, reward, terminated, truncated, env_info = last
-    return {
-        "observation": observation,
-        "reward": reward,
-        "terminated": terminated,
-        "truncated": truncated,
-        "info": plain(env_info) if info is None else info,
-        "done": done,
-        "step": step,
-        "invalid_actions": invalid,
-        EXTENSION_KEY: ext,
-    }
-
-
-def finite(value: float) -> float | None:
-    """JSON has no inf or NaN: such a figure is recorded as null."""
-    return value if math.isfinite(value) else None
