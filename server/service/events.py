@@ -244,7 +244,9 @@ class EventLog:
             # Counted; said at most once a second (an agent ending episodes faster than Redis
             # takes their events would otherwise write a line for each).
             throttled_log.warning(
-                "queue full", "events queue full (Redis too slow or down): event %s not published", kind
+                "queue full",
+                "events queue full (events come faster than Redis takes them, or Redis is down): event %s not published",
+                kind,
             )
 
     def _write(self, line: str) -> None:
