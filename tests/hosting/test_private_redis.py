@@ -21,7 +21,7 @@ from pathlib import Path
 import paths
 import pytest
 import redis
-from harness import finish, read_episodes, read_summary, running_service, wait_for
+from harness import finish, read_episodes, read_events, read_summary, running_service, wait_for
 from hosting_farm import REPO, competition_file, seeded_agent, wait_state
 from processes import alive, descendants
 
@@ -311,6 +311,31 @@ def test_an_evaluation_s_redis_held_up_past_a_step_budget_costs_the_agent_nothin
     assert not any(record["timed_out"] for record in read_episodes(ended.results))
     assert ended.cause == undisturbed.cause == "all 3 episodes evaluated"
     assert ended.score == undisturbed.score is not None
+
+
+def test_an_evaluation_whose_redis_is_killed_is_tried_again_at_once(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers
+) -> None:
+    """The evaluation's own Redis killed in the middle (no one starts it again): the attempt
+    stops at once, without waiting out the evaluator's outage limit (60 s), and the next attempt
+    scores as an evaluation never interrupted."""
+    competition = competition_file(tmp_path, tiny_tests)
+    store = SubmissionStore(redis_conn)
+    killed = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.01))
+    worker = workers.start()
+    wait_state(store, killed.id, RUNNING, timeout_s=30)
+    server, evaluator = wait_for(lambda: _evaluation_redis(worker.pid), what="the evaluation's redis-server")
+    wait_for(lambda: evaluator.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0) >= 6, timeout_s=30,
+             what="the agent's first steps")  # fmt: skip
+    evaluator.close()
+    os.kill(server, signal.SIGKILL)
+    ended = wait_state(store, killed.id, FINISHED, FAILED, timeout_s=20)
+    alone = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent())
+    undisturbed = wait_state(store, alone.id, FINISHED, FAILED, timeout_s=60)
+    assert ended.state == undisturbed.state == FINISHED and ended.attempts == 2
+    assert ended.score == undisturbed.score is not None
+    first = [event for event in read_events(ended.results) if event.get("event") == "finished"][0]
+    assert first["state"] == "INTERRUPTED" and "the evaluation's Redis ended" in first["termination_cause"]
 
 
 def _evaluation_redis(worker: int) -> tuple[int, redis.Redis] | None:
