@@ -161,6 +161,12 @@ class EmbeddedRedis:
         """The server's pid while it runs (after ``start()``, before ``stop()``), else None."""
         return self._process.pid if self._process is not None else None
 
+    def exit_code(self) -> int | None:
+        """The server's exit status once it ended by itself or was killed (a negative signal
+        number) while it was meant to run; None while it runs, and before ``start()``."""
+        process = self._process
+        return process.poll() if process is not None else None
+
     @property
     def url(self) -> str:
         """The TCP URL (the socket's, for a server without TCP)."""

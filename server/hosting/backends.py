@@ -118,7 +118,7 @@ def run_attempt(
         progress=Progress(enabled=False, format_name=attempt.spec.format),
         resume=resume,
         agent=agent,
-        stop_check=private.full,
+        stop_check=private.stop_cause,
         participant=submission.participant,
         submitted_at=submission.submitted_at,
         command=None,  # a hosted attempt: the farm resumes it

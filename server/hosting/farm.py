@@ -148,7 +148,9 @@ def cancel(conn: redis.Redis, submission_id: str) -> Submission:
     )
     if changed is None:  # it ended meanwhile
         raise ConfigError(f"submission {submission_id} already ended ({store.get(submission_id).state})")
-    if found.state == QUEUED:
+    # One that had an attempt keeps its job: the worker it goes to marks that attempt's results
+    # folder as cancelled when its worker was lost after the evaluation ended (job.py).
+    if found.state == QUEUED and found.attempts == 0:
         try:
             Job.fetch(submission_id, connection=conn, serializer=SERIALIZER).cancel()
         except NoSuchJobError:

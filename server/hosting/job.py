@@ -13,6 +13,7 @@ so RQ runs the job again; after the last one the submission fails, its fault the
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -88,7 +89,11 @@ def evaluate_submission(submission_id: str) -> str:
     store = SubmissionStore(conn)
     delivered = store.change(submission_id, (QUEUED, RUNNING), deliveries=lambda n: n + 1)
     if delivered is None:
-        return f"submission {submission_id} already {store.get(submission_id).state}; left as it is"
+        ended = store.get(submission_id)
+        if ended.state == CANCELLED and ended.results:
+            _mark_cancelled_folder(conn, ended)
+        conn.close()
+        return f"submission {submission_id} already {ended.state}; left as it is"
     # The lock on a connection of its own, whose calls give up on a Redis that does not answer
     # within a renewal's interval: the keeper must see an outage in time to act on it.
     lock_conn = redis.Redis.from_url(_settings.redis_url, socket_timeout=LOCK_RENEW_S)
@@ -114,6 +119,23 @@ def evaluate_submission(submission_id: str) -> str:
                 pass  # the farm's Redis out of reach: the lock lapses by itself
             lock_conn.close()
             conn.close()
+
+
+def _mark_cancelled_folder(conn: redis.Redis, submission: Submission) -> None:
+    """A submission cancelled after an attempt had written its summary, whose worker was lost
+    before recording the ending (no attempt is left to do it): its folder gets the cancel's mark
+    here, so that it agrees with the farm and no leaderboard ranks it. Under the submission's
+    lock, so that no attempt still writing the folder is overwritten."""
+    lock = conn.lock(lock_key(submission.id), timeout=LOCK_TTL_S, thread_local=False)
+    if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
+        return  # an attempt still holds it: that attempt marks the folder as it ends
+    try:
+        if _ended_before(submission.results) is not None:
+            _mark_summary(submission.results, submission, cancelled=submission.cause)
+            _write_report(submission.results)
+    finally:
+        with contextlib.suppress(redis.exceptions.LockError):
+            lock.release()
 
 
 class LockKeeper(threading.Thread):

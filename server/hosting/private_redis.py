@@ -84,6 +84,20 @@ class PrivateRedis:
             self._watcher = None
         self.server.stop()
 
+    def stop_cause(self) -> str | None:
+        """Why the evaluation cannot go on (its server ended, or the agent filled it); else None.
+        For ``run_local``'s ``stop_check``."""
+        return self.gone() or self.full()
+
+    def gone(self) -> str | None:
+        """Why the evaluation cannot go on once its server ended (killed): no one starts it again,
+        so the evaluator's wait for Redis to come back would only hold the worker for its outage
+        limit. The evaluation then stops as interrupted, which the farm tries again."""
+        code = self.server.exit_code()
+        if code is None:
+            return None
+        return f"the evaluation's Redis ended (its exit status {code}) while the evaluation ran: it cannot go on"
+
     def full(self) -> str | None:
         """Why the evaluation cannot go on, when the server holds nearly its memory bound (the
         agent filled it: only its user writes besides the evaluator, whose own keys stay small);

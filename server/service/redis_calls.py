@@ -33,6 +33,10 @@ DEFAULT_OUTAGE_LIMIT_S = 60.0
 OUTAGE_FIRST_PAUSE_S = 0.05  # between attempts: doubling from this ...
 OUTAGE_MAX_PAUSE_S = 1.0  # ... up to this
 STOP_CHECK_S = 0.05  # how often a pause between attempts looks for a stop request
+# A call that answers this long after its own blocking wait ended found Redis held up (its process
+# stopped, its machine stalled) for less than a hang's socket timeout: the wait past its blocking
+# wait is downtime too, never the participant's. Far above a round trip on a busy machine.
+STALLED_AFTER_S = 1.0
 
 
 class RedisUnavailable(ArbiterError):
@@ -126,7 +130,7 @@ class OutageRidingCalls:
                     raise StopRequested
                 sent = time.monotonic()
                 try:
-                    return command()
+                    answer = command()
                 except (redis.AuthenticationError, redis.exceptions.AuthorizationError):
                     raise  # a wrong user or password is no outage: riding it out would only delay saying so
                 except (redis.ConnectionError, redis.TimeoutError) as exc:
@@ -141,6 +145,12 @@ class OutageRidingCalls:
                     if not is_out_of_memory(exc):
                         raise
                     self._ride_out_refusals(exc)
+                else:
+                    late_s = time.monotonic() - sent - blocks_s
+                    if late_s > STALLED_AFTER_S:
+                        self.downtime_s += late_s
+                        log.warning("Redis answered %.2f s after the call's wait ended (held up): downtime", late_s)
+                    return answer
         finally:
             self._waiting_thread = None
 

@@ -16,7 +16,7 @@ from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_a
 from processes import alive
 
 from arbiter.server.hosting.farm import submit
-from arbiter.server.hosting.submissions import FINISHED, RUNNING, SubmissionStore
+from arbiter.server.hosting.submissions import CANCELLED, FINISHED, RUNNING, SubmissionStore
 
 # A step delay that makes an evaluation of the tiny test set last a few seconds: long enough to
 # lose a worker between two episodes.
@@ -71,3 +71,33 @@ def test_a_lost_worker_costs_nothing_and_scores_once(
     assert rows[alice.id]["score"] == rows[bob.id]["score"] == ended.score
     table = arbiter("submissions", "--redis-url", redis_url, "--participant", "bob")
     assert bob.id in table.stdout and alice.id not in table.stdout
+
+
+def test_a_submission_cancelled_after_its_lost_evaluation_ended_is_never_ranked(
+    redis_url: str, redis_conn: redis.Redis, tiny_tests: str, tmp_path, workers: Workers
+) -> None:
+    """The worker is lost once the evaluation wrote its SUCCESS summary, before it recorded the
+    ending (the agent was still exiting); the organiser then cancels the submission. The folder
+    must agree with the farm: its summary says cancelled, and the leaderboard does not rank it."""
+    competition = competition_file(tmp_path, tiny_tests)
+    store = SubmissionStore(redis_conn)
+    lingering = [*seeded_agent()[:2], seeded_agent()[2].removeprefix("exec ") + "; sleep 30"]  # exits late
+    alice = submit(redis_conn, competition=competition, participant="alice", agent=lingering)
+    lost_worker = workers.start()
+    running = wait_state(store, alice.id, RUNNING, timeout_s=30)
+    summary_path = os.path.join(running.results, "summary.json")
+    wait_for(lambda: os.path.exists(summary_path), timeout_s=30, what="the evaluation's summary")
+    kill_tree(lost_worker.pid)
+    assert read_summary(running.results)["state"] == "SUCCESS"
+    cancelled = arbiter("cancel", "--redis-url", redis_url, alice.id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    workers.start()
+    wait_for(
+        lambda: "cancelled" in read_summary(running.results).get("submission", {}),
+        timeout_s=20,
+        what="the folder marked cancelled",
+    )
+    assert store.get(alice.id).state == CANCELLED
+    board = arbiter("leaderboard", "--results-root", str(tmp_path / "results"), "--competition", competition, "--json")
+    assert board.returncode == 0, board.stderr
+    assert json.loads(board.stdout)["rows"] == []

@@ -21,9 +21,9 @@ from pathlib import Path
 import paths
 import pytest
 import redis
-from harness import finish, read_episodes, read_summary, running_service, wait_for
+from harness import finish, read_episodes, read_events, read_summary, running_service, wait_for
 from hosting_farm import REPO, competition_file, seeded_agent, wait_state
-from processes import alive
+from processes import alive, descendants
 
 from arbiter.protocol import keys
 from arbiter.server.cli import embedded_redis
@@ -32,7 +32,7 @@ from arbiter.server.core.competition import load_competition
 from arbiter.server.hosting import private_redis
 from arbiter.server.hosting.farm import submit
 from arbiter.server.hosting.private_redis import PrivateRedis, remove_abandoned
-from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, SubmissionStore
+from arbiter.server.hosting.submissions import AGENT_FAULT, FAILED, FINISHED, RUNNING, SubmissionStore
 
 SERVICE = "sub-private-1"
 FLOOD_AGENT = paths.SUPPORT / "flood_agent_main.py"
@@ -276,3 +276,81 @@ def test_a_flooding_tenant_leaves_the_other_evaluation_as_it_would_be_alone(
     # Nothing of the flood reached the farm's Redis.
     assert redis_conn.keys(f"*{attacker.id}::*") == []
     assert redis_conn.info("memory")["used_memory"] < 16 << 20
+
+
+def test_an_evaluation_s_redis_held_up_past_a_step_budget_costs_the_agent_nothing(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers
+) -> None:
+    """The evaluation's own Redis held up for longer than a step's budget (1 s) but less than a
+    hang's socket timeout (its machine stalled; here SIGSTOP) while the agent is in its steps:
+    that time is downtime, not the agent's, so no step times out and the submission scores as
+    one never held up."""
+    competition = competition_file(tmp_path, tiny_tests)
+    store = SubmissionStore(redis_conn)
+    budgets = ["budgets.planning_s=1", "budgets.step_s=1"]
+    fast = tmp_path / "fast"  # the agent's steps are slow (the evaluator waits on Redis) until then
+    agent = seeded_agent(0.2, slow_until=str(fast))
+    held = submit(redis_conn, competition=competition, participant="alice", agent=agent, sets=budgets)
+    worker = workers.start()
+    wait_state(store, held.id, RUNNING, timeout_s=30)
+    server, evaluator = wait_for(lambda: _evaluation_redis(worker.pid), what="the evaluation's redis-server")
+    # A few steps in: the agent's requests are its handshake, the episode's creation, then steps.
+    wait_for(lambda: evaluator.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0) >= 6, timeout_s=30,
+             what="the agent's first steps")  # fmt: skip
+    evaluator.close()
+    os.kill(server, signal.SIGSTOP)
+    try:
+        time.sleep(2.5)  # the stall itself is the fault under test: nothing to await
+    finally:
+        os.kill(server, signal.SIGCONT)
+        fast.touch()
+    ended = wait_state(store, held.id, FINISHED, FAILED, timeout_s=60)
+    alone = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent(), sets=budgets)
+    undisturbed = wait_state(store, alone.id, FINISHED, FAILED, timeout_s=60)
+    assert ended.state == undisturbed.state == FINISHED and ended.attempts == 1
+    assert not any(record["timed_out"] for record in read_episodes(ended.results))
+    assert ended.cause == undisturbed.cause == "all 3 episodes evaluated"
+    assert ended.score == undisturbed.score is not None
+
+
+def test_an_evaluation_whose_redis_is_killed_is_tried_again_at_once(
+    redis_conn: redis.Redis, tiny_tests, tmp_path, workers
+) -> None:
+    """The evaluation's own Redis killed in the middle (no one starts it again): the attempt
+    stops at once, without waiting out the evaluator's outage limit (60 s), and the next attempt
+    scores as an evaluation never interrupted."""
+    competition = competition_file(tmp_path, tiny_tests)
+    store = SubmissionStore(redis_conn)
+    killed = submit(redis_conn, competition=competition, participant="alice", agent=seeded_agent(0.01))
+    worker = workers.start()
+    wait_state(store, killed.id, RUNNING, timeout_s=30)
+    server, evaluator = wait_for(lambda: _evaluation_redis(worker.pid), what="the evaluation's redis-server")
+    wait_for(lambda: evaluator.info("commandstats").get("cmdstat_lpush", {}).get("calls", 0) >= 6, timeout_s=30,
+             what="the agent's first steps")  # fmt: skip
+    evaluator.close()
+    os.kill(server, signal.SIGKILL)
+    ended = wait_state(store, killed.id, FINISHED, FAILED, timeout_s=20)
+    alone = submit(redis_conn, competition=competition, participant="bob", agent=seeded_agent())
+    undisturbed = wait_state(store, alone.id, FINISHED, FAILED, timeout_s=60)
+    assert ended.state == undisturbed.state == FINISHED and ended.attempts == 2
+    assert ended.score == undisturbed.score is not None
+    first = [event for event in read_events(ended.results) if event.get("event") == "finished"][0]
+    assert first["state"] == "INTERRUPTED" and "the evaluation's Redis ended" in first["termination_cause"]
+
+
+def _evaluation_redis(worker: int) -> tuple[int, redis.Redis] | None:
+    """The evaluation's redis-server under ``worker`` once it runs, and a client of it as its
+    evaluator: redis-server names its socket in its process title, and its password is in the
+    config file two folders up."""
+    for child in descendants(worker):
+        try:
+            title = Path(f"/proc/{child}/cmdline").read_text(errors="replace")
+        except OSError:
+            continue
+        if "redis-server" in title and "unixsocket:" in title:
+            socket_path = Path(title.split("unixsocket:", 1)[1].split()[0].strip("\0"))
+            config = socket_path.parent.parent / embedded_redis.CONFIG_NAME
+            line = next(line for line in config.read_text().splitlines() if line.startswith("requirepass"))
+            password = bytes.fromhex(line.split(" ", 1)[1].strip('"').replace("\\x", "")).decode()
+            return child, redis.Redis(unix_socket_path=str(socket_path), password=password, socket_timeout=5)
+    return None
