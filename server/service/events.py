@@ -245,7 +245,7 @@ class EventLog:
             # takes their events would otherwise write a line for each).
             throttled_log.warning(
                 "queue full",
-                "events queue full (events come faster than Redis takes them, or Redis is down): event %s not published",
+                "events queue full (events come faster than Redis takes them, or it is down): event %s not published",
                 kind,
             )
 
