@@ -149,7 +149,13 @@ def cancel(conn: redis.Redis, submission_id: str) -> Submission:
     if changed is None:  # it ended meanwhile
         raise ConfigError(f"submission {submission_id} already ended ({store.get(submission_id).state})")
     # One that had an attempt keeps its job: the worker it goes to marks that attempt's results
-    # folder as cancelled when its worker was lost after the evaluation ended (job.py).
+    # folder as cancelled when its worker was lost after the evaluation ended (job.py). Where the
+    # folder is on this machine and no attempt holds it, it is marked at once: the job may never
+    # run again (its attempts spent), and a board built meanwhile would rank the evaluation.
+    if found.attempts:
+        from arbiter.server.hosting.job import mark_cancelled_folder
+
+        mark_cancelled_folder(conn, changed)
     if found.state == QUEUED and found.attempts == 0:
         try:
             Job.fetch(submission_id, connection=conn, serializer=SERIALIZER).cancel()

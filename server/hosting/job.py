@@ -91,7 +91,7 @@ def evaluate_submission(submission_id: str) -> str:
     if delivered is None:
         ended = store.get(submission_id)
         if ended.state == CANCELLED and ended.results:
-            _mark_cancelled_folder(conn, ended)
+            mark_cancelled_folder(conn, ended, wait_s=LOCK_TTL_S + 1.0)
         conn.close()
         return f"submission {submission_id} already {ended.state}; left as it is"
     # The lock on a connection of its own, whose calls give up on a Redis that does not answer
@@ -121,18 +121,23 @@ def evaluate_submission(submission_id: str) -> str:
             conn.close()
 
 
-def _mark_cancelled_folder(conn: redis.Redis, submission: Submission) -> None:
+def mark_cancelled_folder(conn: redis.Redis, submission: Submission, *, wait_s: float = 0.0) -> bool:
     """A submission cancelled after an attempt had written its summary, whose worker was lost
     before recording the ending (no attempt is left to do it): its folder gets the cancel's mark
     here, so that it agrees with the farm and no leaderboard ranks it. Under the submission's
-    lock, so that no attempt still writing the folder is overwritten."""
+    lock, waited for up to ``wait_s``, so that no attempt still writing the folder is
+    overwritten. Whether the folder is marked now."""
+    if not submission.results or not os.path.isdir(submission.results):
+        return False  # not on this machine: the worker the job goes to marks it
     lock = conn.lock(lock_key(submission.id), timeout=LOCK_TTL_S, thread_local=False)
-    if not lock.acquire(blocking=True, blocking_timeout=LOCK_TTL_S + 1.0):
-        return  # an attempt still holds it: that attempt marks the folder as it ends
+    if not lock.acquire(blocking=wait_s > 0, blocking_timeout=wait_s or None):
+        return False  # an attempt still holds it: that attempt marks the folder as it ends
     try:
-        if _ended_before(submission.results) is not None:
-            _mark_summary(submission.results, submission, cancelled=submission.cause)
-            _write_report(submission.results)
+        if _ended_before(submission.results) is None:
+            return False
+        _mark_summary(submission.results, submission, cancelled=submission.cause)
+        _write_report(submission.results)
+        return True
     finally:
         with contextlib.suppress(redis.exceptions.LockError):
             lock.release()

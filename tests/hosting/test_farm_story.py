@@ -16,7 +16,7 @@ from hosting_farm import Workers, arbiter, competition_file, kill_tree, seeded_a
 from processes import alive
 
 from arbiter.server.hosting.farm import submit
-from arbiter.server.hosting.submissions import CANCELLED, FINISHED, RUNNING, SubmissionStore
+from arbiter.server.hosting.submissions import CANCELLED, FINISHED, RUNNING, SubmissionStore, lock_key
 
 # A step delay that makes an evaluation of the tiny test set last a few seconds: long enough to
 # lose a worker between two episodes.
@@ -71,6 +71,30 @@ def test_a_lost_worker_costs_nothing_and_scores_once(
     assert rows[alice.id]["score"] == rows[bob.id]["score"] == ended.score
     table = arbiter("submissions", "--redis-url", redis_url, "--participant", "bob")
     assert bob.id in table.stdout and alice.id not in table.stdout
+
+
+def test_a_cancel_marks_the_folder_of_an_ended_evaluation_no_worker_will_take_up_again(
+    redis_url: str, redis_conn: redis.Redis, tiny_tests: str, tmp_path, workers: Workers
+) -> None:
+    """As below, but no worker comes back for the job (its attempts spent, or the farm drained):
+    `arbiter cancel`, which sees the folder and finds no attempt holding it, marks it itself, so
+    that a board built straight after does not rank the cancelled evaluation."""
+    competition = competition_file(tmp_path, tiny_tests)
+    store = SubmissionStore(redis_conn)
+    lingering = [*seeded_agent()[:2], seeded_agent()[2].removeprefix("exec ") + "; sleep 30"]  # exits late
+    alice = submit(redis_conn, competition=competition, participant="alice", agent=lingering)
+    lost_worker = workers.start()
+    running = wait_state(store, alice.id, RUNNING, timeout_s=30)
+    wait_for(lambda: os.path.exists(os.path.join(running.results, "summary.json")), timeout_s=30, what="the summary")
+    kill_tree(lost_worker.pid)
+    wait_for(lambda: not redis_conn.exists(lock_key(alice.id)), timeout_s=10, what="the lost worker's lock to lapse")
+    cancelled = arbiter("cancel", "--redis-url", redis_url, alice.id)
+    assert cancelled.returncode == 0, cancelled.stderr
+    marked = read_summary(running.results)["submission"]
+    assert marked["cancelled"] and store.get(alice.id).state == CANCELLED
+    board = arbiter("leaderboard", "--results-root", str(tmp_path / "results"), "--competition", competition, "--json")
+    assert board.returncode == 0, board.stderr
+    assert json.loads(board.stdout)["rows"] == []
 
 
 def test_a_submission_cancelled_after_its_lost_evaluation_ended_is_never_ranked(
