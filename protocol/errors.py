@@ -65,7 +65,8 @@ class ClientConflict(ProtocolError):
 
 class EvaluationError(ArbiterError):
     """The evaluation cannot go on (over budget, already finished, ...). ``ended``: the state it
-    ended in (``SUCCESS``, ``FAILED``) when it has ended, as the evaluator said; else None."""
+    ended in (``SUCCESS``, ``FAILED``, or ``INTERRUPTED`` when its evaluator was stopped) when it has
+    ended, as the evaluator said; else None."""
 
     code = "EVALUATION"
 

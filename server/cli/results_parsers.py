@@ -76,6 +76,7 @@ def _rescore_parser(commands: argparse._SubParsersAction) -> None:
     rescore.add_argument(
         "--scoring",
         metavar="RULE",
-        help="score with another rule of the format, e.g. flatland3 for a neurips2020 evaluation; the result "
-        "then differs from summary.json's by its rule (default: the rule summary.json names)",
+        help="score with another rule of the format, when the records can be scored under it (flatland's two "
+        "rules use different reward models: refused); the result then differs from summary.json's by its rule "
+        "(default: the rule summary.json names)",
     )

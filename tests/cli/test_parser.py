@@ -201,3 +201,13 @@ def test_version_names_the_installed_distribution(capsys):
         build_parser().parse_args(["--version"])
     assert exited.value.code == 0
     assert capsys.readouterr().out.strip() == f"arbiter {version('arbiter')}"
+
+
+def test_rescore_help_offers_no_rule_it_refuses(capsys):
+    """Flatland's two rules pay rewards under different reward models, so ``--scoring flatland3``
+    on a neurips2020 evaluation is refused: the help must not give it as the example."""
+    with pytest.raises(SystemExit):
+        parse("rescore", "--help")
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "flatland3 for a neurips2020" not in help_text
+    assert "different reward models: refused" in help_text
