@@ -73,7 +73,9 @@ def test_a_test_waiting_to_run_alone_goes_before_the_tests_that_ask_after_it(tmp
     release["first"].set()
     wait_for(lambda: len(order) == 2, what="the next test to run")
     assert order == ["first", "alone"]
-    assert waiting_on(tmp_path / RUNNING) == 1  # the later test waits for the alone one to end
+    # The later test, let through the turnstile by the alone one, then waits for it to end.
+    wait_for(lambda: waiting_on(tmp_path / RUNNING) == 1, what="the later test to wait for the alone one")
+    assert order == ["first", "alone"]
     release["alone"].set()
     wait_for(lambda: len(order) == 3, what="the later test to run")
     assert order == ["first", "alone", "after"]
