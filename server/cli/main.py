@@ -334,6 +334,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.update(HOSTING_HANDLERS)  # submit, worker, submissions, cancel
     try:
         status = handlers[args.command](args)
+        if args.command in ("run", "serve"):
+            # The evaluation has ended and its status is decided: a stop signal now (the
+            # interpreter's exit puts back their default action) must not turn it into a death.
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
         sys.stdout.flush()  # here, where a reader gone away is caught, not at the interpreter's exit
         return status
     except (ArbiterError, FileExistsError, ValueError) as exc:
