@@ -130,6 +130,7 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from arbiter.server.service import held_stops
     from arbiter.server.service.build import everything_on_record, run_to_end, start_service
     from arbiter.server.service.submission_naming import name_submission
 
@@ -159,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "a new one starts there",
             file=sys.stderr,
         )
+    held_stops.noted_from_now((signal.SIGTERM, signal.SIGHUP))  # obeyed once the evaluation handles them
     try:
         spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True, tests=tests)  # secret unless fixed
         service = start_service(
