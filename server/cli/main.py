@@ -104,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
         print(f"arbiter: {ending}", file=sys.stderr)
-    if outcome.interrupted and holds_an_evaluation(results_dir):
+    ended = outcome.summary is not None and outcome.summary["state"] != "INTERRUPTED"  # a resume would be refused
+    if outcome.interrupted and holds_an_evaluation(results_dir) and not ended:
         # What is finished is kept: the one who pressed Ctrl-C learns that it can go on from there.
         print(
             f"arbiter: to go on from where it stopped: arbiter run --resume --results {shlex.quote(results_dir)} "
