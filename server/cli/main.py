@@ -104,7 +104,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     ending = agent_ending(outcome.agent_status, interrupted=outcome.interrupted)
     if ending:
         print(f"arbiter: {ending}", file=sys.stderr)
-    if outcome.interrupted and holds_an_evaluation(results_dir):
+    ended = outcome.summary is not None and outcome.summary["state"] != "INTERRUPTED"  # a resume would be refused
+    if outcome.interrupted and holds_an_evaluation(results_dir) and not ended:
         # What is finished is kept: the one who pressed Ctrl-C learns that it can go on from there.
         print(
             f"arbiter: to go on from where it stopped: arbiter run --resume --results {shlex.quote(results_dir)} "
@@ -130,6 +131,7 @@ def agent_ending(status: int | None, *, interrupted: bool) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    from arbiter.server.service import held_stops
     from arbiter.server.service.build import everything_on_record, run_to_end, start_service
     from arbiter.server.service.submission_naming import name_submission
 
@@ -159,6 +161,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             "a new one starts there",
             file=sys.stderr,
         )
+    held_stops.noted_from_now((signal.SIGTERM, signal.SIGHUP))  # obeyed once the evaluation handles them
     try:
         spec = persisted_seed(results_dir, spec, resume=args.resume, hosted=True, tests=tests)  # secret unless fixed
         service = start_service(
@@ -334,6 +337,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers.update(HOSTING_HANDLERS)  # submit, worker, submissions, cancel
     try:
         status = handlers[args.command](args)
+        if args.command in ("run", "serve"):
+            # The evaluation has ended and its status is decided: a stop signal now (the
+            # interpreter's exit puts back their default action) must not turn it into a death.
+            for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+                signal.signal(signum, signal.SIG_IGN)
         sys.stdout.flush()  # here, where a reader gone away is caught, not at the interpreter's exit
         return status
     except (ArbiterError, FileExistsError, ValueError) as exc:

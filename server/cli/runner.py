@@ -308,13 +308,15 @@ def run_local(
         if agent.process is not None:
             agent.stop(evaluation_ended_at=service.ended_at if service.ended_at is not None else time.monotonic())
             status = agent.process.returncode
+        interrupted = agent.interrupted_at is not None
         if summary["state"] == State.SUCCESS.value:
-            exit_code = 0 if status in (0, None) else 1
+            # An agent stopped by Ctrl-C once the evaluation had ended did not crash: interrupted.
+            exit_code = 130 if interrupted and status not in (0, None) else 0 if status in (0, None) else 1
         elif summary["state"] == State.INTERRUPTED.value:
             exit_code = 130
         else:
             exit_code = 1
-        return RunOutcome(summary, status, exit_code, interrupted=agent.interrupted_at is not None)
+        return RunOutcome(summary, status, exit_code, interrupted=interrupted)
     except BaseException:
         if not agent_started and created is not None:
             shutil.rmtree(created, ignore_errors=True)

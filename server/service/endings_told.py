@@ -12,8 +12,10 @@ the evaluation ends INTERRUPTED and may be resumed: the agent is told the evalua
 at its next request or, for one already waiting, when its reply is late (its client looks at the
 errors list then), instead of waiting out its reply timeout. A resumed evaluator takes these
 notices off the list as it starts (``withdraw_stop_notices``), so an agent whose next request
-comes after the resume goes on. An evaluator that is killed or loses Redis posts nothing, and its
-agent waits for a resume within its reply timeout, as before.
+comes after the resume goes on. A stop that comes once the agent's ENV_SUBMIT was taken (it
+ended the evaluation) posts no notice: the submit's reply, held back by the stop, is sent instead.
+An evaluator that is killed or loses Redis posts nothing, and its agent waits for a resume within
+its reply timeout, as before.
 
 A request can still miss both: one sent just as the evaluation ended (its client read the
 errors list a moment before the ending was posted) reaches a queue nobody serves any more, and
@@ -35,6 +37,7 @@ from arbiter.protocol.errors import EvaluationError
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.protocol.redis_conn import connect
 from arbiter.server.core.evaluation import Evaluation, State
+from arbiter.server.service.replies import REPLY_TTL_S
 from arbiter.server.service.transport import RedisUnavailable, StopRequested
 
 if TYPE_CHECKING:
@@ -68,13 +71,21 @@ def ended_unasked(transport: Any, evaluation: Evaluation) -> bool:
 def post_ending(transport: Any, evaluation: Evaluation, wire: str, *, signalled: bool = False) -> None:
     """The ending on the errors list, when the agent did not ask for it (``ended_unasked``), or a
     stop signal ended it (``signalled``: see the module's docstring). One attempt: the evaluation
-    is over. At the list's far end (LPUSH), so a timeout posted before it comes out first."""
-    if signalled and not evaluation.submitted:
+    is over. At the list's far end (LPUSH), so a timeout posted before it comes out first.
+    A stop that came once ENV_SUBMIT was taken, before its reply went out: that reply is sent
+    instead (the submit ended the evaluation, and its agent waits for it)."""
+    if signalled:
         # After a stop no call of the transport's starts (a hung Redis would hold it for its
         # socket timeout): a connection of its own, given up quickly.
         quick = connect(transport.redis_url, socket_timeout_s=STOP_NOTICE_TIMEOUT_S)
         try:
-            quick.lpush(transport.errors_key, codec.encode(ended_reply(evaluation), wire=wire))
+            if evaluation.submitted:
+                held_back = quick.pipeline(transaction=False)
+                for channel, message in transport.replies.unwritten:
+                    held_back.rpush(channel, message).expire(channel, REPLY_TTL_S)
+                held_back.execute()
+            else:
+                quick.lpush(transport.errors_key, codec.encode(ended_reply(evaluation), wire=wire))
         except redis.RedisError as exc:
             log.warning("the client was not told the evaluator stopped: %s", exc)
         finally:

@@ -49,3 +49,16 @@ def take() -> int | None:
     """The oldest stop signal noted and not taken yet (then forgotten), else None. Called right
     after installing the handler that obeys stop signals, so that none falls between the two."""
     return _noted.pop(0) if _noted else None
+
+
+def noted_from_now(signals: tuple[int, ...]) -> None:
+    """From now on ``signals`` are noted instead of acting by default, until the handler of the
+    evaluation replaces this one (and takes what was noted): for ``arbiter serve``, whose
+    evaluation has started on disk (its ``started`` event) a moment before that handler is
+    installed; a SIGTERM in between would end it with no summary and no word. Nothing is put back:
+    the process's own handlers follow. Only in the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    _noted.clear()
+    for signum in signals:
+        signal.signal(signum, _note)

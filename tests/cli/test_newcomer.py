@@ -302,6 +302,42 @@ def test_ctrl_c_says_in_one_line_that_the_agent_was_stopped(redis_url, service_i
     assert err.splitlines()[-1] == f"arbiter: to go on from where it stopped: {resume}"
 
 
+SUBMITTED_AGENT = """
+import sys, time
+from arbiter.client import RemoteClient
+
+client = RemoteClient()
+while client.env_create()[0]:
+    while not client.env_step({h: 2 for h in range(client.env.get_num_agents())})[2]["__all__"]:
+        pass
+client.submit()
+open(sys.argv[1], "w").close()
+while True:  # slow to exit: Ctrl-C comes first
+    time.sleep(0.05)
+"""
+
+
+def test_ctrl_c_after_the_evaluation_ended_suggests_no_resume(redis_url, service_id, tiny_tests, tmp_path):
+    agent, submitted = tmp_path / "agent.py", tmp_path / "submitted"
+    agent.write_text(SUBMITTED_AGENT)
+    run = subprocess.Popen(
+        [*ARBITER, "run", "--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id,
+         "--results", str(tmp_path / "r"), "--", sys.executable, str(agent), str(submitted)],
+        cwd=REPO, env=SHELL, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        process_group=0,
+    )  # fmt: skip
+    try:
+        wait_for(submitted.exists, timeout_s=60, what="the submit")
+        os.killpg(run.pid, signal.SIGINT)
+        out, err = run.communicate(timeout=30)
+    finally:
+        end(run)
+    assert "state: SUCCESS" in err
+    assert run.returncode == 130, err  # the agent was stopped, it did not crash
+    assert err.splitlines()[-1] == "arbiter: interrupted: the agent was stopped"
+    assert "--resume" not in err  # the evaluation ended: a resume would be refused
+
+
 # --- 8. following a run from another terminal -----------------------------------------------------
 
 WAITING_AGENT = """
