@@ -203,6 +203,8 @@ class EvaluatorService:
         self.transport.flush_last()  # ENV_SUBMIT's reply, or the one that ended the evaluation
         # An ending it did not ask for, or a stop signal's
         post_ending(self.transport, evaluation, self.client_wire, signalled=self._signalled)
+        if not self._signalled:  # after a stop no call of the transport's starts (post_ending)
+            self.transport.expire_made_reply_lists()
         self.frames.close()
         self.ended_at = time.monotonic()
         return evaluation.summary()

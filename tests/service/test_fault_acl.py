@@ -19,6 +19,7 @@ from redis.retry import Retry
 from arbiter.client import RemoteClient
 from arbiter.protocol import keys
 from arbiter.server.cli.embedded_redis import EmbeddedRedis, free_port
+from arbiter.server.service.replies import REPLY_TTL_S
 
 PASSWORD = "s3cret-pw"
 
@@ -126,3 +127,37 @@ def test_bad_acl_arguments_are_clear_errors():
         participant_acl("S1", "pw", user="x y")
     with pytest.raises(ConfigError, match="must not be empty"):
         participant_acl("S1", "")
+
+
+def test_an_ended_evaluation_leaves_no_key_its_participant_made(
+    redis_server, redis_conn, service_id, tiny_tests, tmp_path
+):
+    """A participant may push onto any name under its reply prefix; on a shared Redis what it made
+    there must not outlive its evaluation (nothing else would ever delete it)."""
+    other = service_id + "-other"
+    redis_conn.lpush(keys.response_key(other, "1" * 32), b"another evaluation's reply")
+    redis_conn.execute_command(*acl_tokens(service_id))
+    participant = redis.Redis(
+        host="127.0.0.1", port=redis_server.port, username=f"participant-{service_id}", password=PASSWORD,
+        socket_timeout=5,
+    )  # fmt: skip
+    junk = [keys.response_prefix(service_id) + name for name in ("junk", "2" * 32, "x" * 200)]
+    for key in junk:
+        participant.lpush(key, b"kept for ever?" * 100)
+    url = f"redis://participant-{service_id}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
+    with running_service(
+        spec(), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=redis_server.url, service_id=service_id
+    ) as (_, outcome):
+        client = RemoteClient(redis_url=url, service_id=service_id, reply_timeout_s=10)
+        for episode in range(3):
+            client.env_create()
+            play_episode(client, episode)
+        assert client.env_create() == (False, False)
+        client.submit()
+        assert finish(outcome)["state"] == "SUCCESS"
+    for key in junk:
+        assert 0 < redis_conn.ttl(key) <= REPLY_TTL_S, key
+    left = redis_conn.scan_iter(match=keys.response_prefix(service_id) + "*")
+    assert [key for key in left if redis_conn.ttl(key) == -1] == []
+    assert redis_conn.llen(keys.response_key(other, "1" * 32)) == 1
+    redis_conn.execute_command("ACL", "DELUSER", f"participant-{service_id}")
