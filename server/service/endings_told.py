@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from arbiter.protocol import codec
+from arbiter.protocol import codec, keys
 from arbiter.protocol.errors import EvaluationError
 from arbiter.protocol.messages import EXTENSION_KEY, FLATLAND_RL, error_reply, extension
 from arbiter.protocol.redis_conn import connect
@@ -156,3 +156,19 @@ def answer_after_end(service: EvaluatorService, until: float, *, until_told: boo
                 return  # nothing queued, and the client read the ending off the errors list
         except (RedisUnavailable, StopRequested, redis.RedisError):
             return
+
+
+def expire_made_reply_lists(transport: Any) -> int:
+    """Give every list under the evaluation's reply prefix that has no expiry the one replies get:
+    the evaluator sets it on each reply it writes, so a list without one was made by the
+    participant (its ACL lets it push onto any name there), and on a shared Redis it would outlive
+    the evaluation. One attempt, as the evaluation has ended; how many were found."""
+    found = 0
+    try:
+        match = keys.response_prefix(transport.service_id) + "*"  # a service id holds no glob character
+        for key in transport.redis.scan_iter(match=match, count=1000):
+            if transport.redis.ttl(key) == -1:
+                found += transport.redis.expire(key, REPLY_TTL_S)
+    except redis.RedisError as exc:
+        log.warning("the reply lists the agent made were not set to expire: %s", exc)
+    return found

@@ -30,7 +30,7 @@ from arbiter.server.core.evaluation import Evaluation
 from arbiter.server.core.gate import HANDSHAKES, LEGACY, Admission, ClientGate, Verdict, other_client_reply
 from arbiter.server.core.words import quoted_from_agent
 from arbiter.server.service import held_stops
-from arbiter.server.service.endings_told import answer_ended, post_ending
+from arbiter.server.service.endings_told import answer_ended, expire_made_reply_lists, post_ending
 from arbiter.server.service.events import EventLog
 from arbiter.server.service.frame_sharing import FrameSharing
 from arbiter.server.service.redis_calls import RedisFull
@@ -204,7 +204,7 @@ class EvaluatorService:
         # An ending it did not ask for, or a stop signal's
         post_ending(self.transport, evaluation, self.client_wire, signalled=self._signalled)
         if not self._signalled:  # after a stop no call of the transport's starts (post_ending)
-            self.transport.expire_made_reply_lists()
+            expire_made_reply_lists(self.transport)
         self.frames.close()
         self.ended_at = time.monotonic()
         return evaluation.summary()

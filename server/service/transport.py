@@ -53,7 +53,7 @@ from arbiter.server.service.redis_calls import (  # noqa: F401 - RedisUnavailabl
     RedisUnavailable,
     StopRequested,
 )
-from arbiter.server.service.replies import REPLY_TTL_S, Replies
+from arbiter.server.service.replies import Replies
 from arbiter.server.service.waits import (  # noqa: F401 - REQUEST_LIMIT, TAKE_BYTES: the benchmarks'
     POP_BATCH,
     REQUEST_LIMIT,
@@ -385,21 +385,6 @@ class RedisTransport(OutageRidingCalls):
         except (StopRequested, redis.RedisError) as exc:
             log.warning("the last reply could not be sent: %s", exc)
         self.replies.confirmed()
-
-    def expire_made_reply_lists(self) -> int:
-        """Give every list under this evaluation's reply prefix that has no expiry the one replies
-        get: the evaluator sets it on each reply it writes, so a list without one was made by the
-        participant (its ACL lets it push onto any name there), and on a shared Redis it would
-        outlive the evaluation. One attempt, as the evaluation has ended; how many were found."""
-        found = 0
-        try:
-            match = keys.response_prefix(self.service_id) + "*"  # a service id holds no glob character
-            for key in self.redis.scan_iter(match=match, count=1000):
-                if self.redis.ttl(key) == -1:
-                    found += self.redis.expire(key, REPLY_TTL_S)
-        except redis.RedisError as exc:
-            log.warning("the reply lists the agent made were not set to expire: %s", exc)
-        return found
 
     def push_error(self, message: bytes) -> None:
         self.flush()  # a reply to an earlier request goes first, as it was decided first
