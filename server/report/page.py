@@ -102,6 +102,15 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
     return summary, episodes
 
 
+def cut_short_line(directory: str | Path) -> bool:
+    """Whether the folder's ``episodes.jsonl`` ends in a line cut short, which the page leaves out."""
+    path = Path(directory) / "episodes.jsonl"
+    if not path.is_file():
+        return False
+    stored = read_items(str(path))
+    return stored.whole_bytes < stored.size
+
+
 def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
     """A table whose cells are escaped here; ``rows`` hold plain text."""
     cells = "".join(f"<th>{escape(h)}</th>" for h in headers)
@@ -212,7 +221,7 @@ def _recorded(items_done: dict[str, Any], counts: dict[str, Any], episodes: list
     return text if number(items) == len(episodes) else f"{text} ({len(episodes)} episodes)"
 
 
-def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]], cut_short: bool = False) -> str:
     counts = summary.get("episodes") or {}
     timing = summary.get("timing") or {}
     budgets = summary.get("budgets") or {}
@@ -228,7 +237,15 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     if step_limited:  # items the format's own step cap ended (among those counted finished)
         cells.insert(2, ("at the step limit", fmt_count(step_limited)))
     items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in cells)
-    return f'<dl class="counts">{items}</dl>'
+    note = ""
+    if cut_short:
+        shown = f"{len(episodes)} {'record' if len(episodes) == 1 else 'records'}"
+        note = (
+            '<p class="note cut-short">episodes.jsonl ends in a line cut short (what a killed write leaves): '
+            f"it is left out, so the episodes shown are the {escape(shown)} before it, while the counts "
+            "and scores are summary.json's.</p>"
+        )
+    return f'<dl class="counts">{items}</dl>{note}'
 
 
 # --- tables ------------------------------------------------------------------------------------
@@ -296,8 +313,10 @@ def format_sections(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> 
 # --- the page ----------------------------------------------------------------------------------
 
 
-def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, source: str = "") -> str:
-    """The whole page as text."""
+def render_report(
+    summary: dict[str, Any], episodes: list[dict[str, Any]], *, source: str = "", cut_short: bool = False
+) -> str:
+    """The whole page as text; ``cut_short``: the episodes file's last line was cut short and left out."""
     try:
         arbiter_version = version("arbiter")
     except PackageNotFoundError:
@@ -305,7 +324,7 @@ def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, so
     state = str(summary.get("state", "UNKNOWN"))
     body = (
         _headline(summary, source)
-        + _counts(summary, episodes)
+        + _counts(summary, episodes, cut_short)
         + format_sections(summary, episodes)
         + budget_charts(episodes, summary)
         + _details(summary)
@@ -325,7 +344,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path
     """Read ``results_dir`` and write the report (default ``results_dir/report.html``); returns its path."""
     summary, episodes = load_results(results_dir)
     target = Path(out) if out is not None else Path(results_dir) / REPORT_NAME
-    page = render_report(summary, episodes, source=str(results_dir))
+    page = render_report(summary, episodes, source=str(results_dir), cut_short=cut_short_line(results_dir))
     make_output_folder(str(target))
     try:
         target.write_text(page, encoding="utf-8")

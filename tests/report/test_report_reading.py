@@ -189,3 +189,21 @@ def test_the_diambra_score_chart_labels_its_negative_side(redis_server, tmp_path
         float(p.split(",")[1]) for line in chart.iter(f"{SVG}polyline") for p in line.get("points").split()
     )
     assert curve_bottom <= values[min(values)] + 0.01, "the curves stay within the labelled axis"
+
+
+def test_a_last_line_cut_short_is_left_out_and_the_page_says_so(redis_server, tiny_tests, tmp_path) -> None:
+    """The episodes the page shows and the counts summary.json holds differ when the last line was
+    cut short: the page says which line was left out, so that neither reads as wrong."""
+    page, summary, episodes = flatland_run(tmp_path, tiny_tests, redis_server.url)
+    assert "cut short" not in page
+    results = tmp_path / "results"
+    whole = (results / "episodes.jsonl").read_bytes()
+    (results / "episodes.jsonl").write_bytes(whole[:-40])
+    written = test_report.run_arbiter("report", str(results))
+    assert written.returncode == 0, written.stderr
+    kept = load_results(results)[1]
+    assert kept == episodes[:-1] and summary["episodes"]["recorded"] == len(episodes) == 3
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (results / "report.html").read_text(encoding="utf-8")))
+    assert "episodes.jsonl ends in a line cut short" in text
+    assert "the episodes shown are the 2 records before it" in text
+    assert "Test_0/Level_1.pkl" in text and "Test_0/Level_2.pkl" not in text  # the cut one is nowhere
