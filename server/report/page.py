@@ -182,7 +182,12 @@ def _headline(summary: dict[str, Any], source: str) -> str:
     debug = '<span class="badge debug">debug run</span>' if summary.get("debug") else ""
     facts = " · ".join(
         escape(str(value))
-        for value in (summary.get("competition"), summary.get("scoring"), summary.get("service_id"))
+        for value in (
+            _participant(summary),
+            summary.get("competition"),
+            summary.get("scoring"),
+            summary.get("service_id"),
+        )
         if value not in (None, "")
     )
     if number(score.get("primary")) is None:
@@ -199,6 +204,12 @@ def _headline(summary: dict[str, Any], source: str) -> str:
         f'<div class="scores">{scores}</div>'
         f'<p class="cause"><b>Termination:</b> {escape(str(summary.get("termination_cause") or "–"))}</p></header>'
     )
+
+
+def _participant(summary: dict[str, Any]) -> Any:
+    """Whose evaluation it is, when ``arbiter run --participant`` or a hosted submission named one."""
+    submission = summary.get("submission")
+    return submission.get("participant") if isinstance(submission, dict) else None
 
 
 def _resume_of(folder: str | Path) -> str:
@@ -277,7 +288,9 @@ def _details(summary: dict[str, Any]) -> str:
     counters = summary.get("counters") or {}
     counter_rows = [[str(name), fmt_count(value)] for name, value in sorted(counters.items())] or [["none", ""]]
     versions = summary.get("versions") or {}
-    run_rows = [
+    participant = _participant(summary)
+    run_rows = [["participant", str(participant)]] if participant not in (None, "") else []
+    run_rows += [
         [label, str(summary.get(key))]
         for key, label in (
             ("started_at", "started"),

@@ -9,6 +9,7 @@ label found to fit here fits wherever the page is opened.
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -207,3 +208,16 @@ def test_a_last_line_cut_short_is_left_out_and_the_page_says_so(redis_server, ti
     assert "episodes.jsonl ends in a line cut short" in text
     assert "the episodes shown are the 2 records before it" in text
     assert "Test_0/Level_1.pkl" in text and "Test_0/Level_2.pkl" not in text  # the cut one is nowhere
+
+
+def test_the_page_names_the_participant_and_escapes_the_name(redis_server, tiny_tests, tmp_path) -> None:
+    """`arbiter run --participant NAME` (as a hosted submission): the page says whose evaluation
+    it is, at its top and among the run's facts, as text however the name is spelt."""
+    name = '<script>alert("x")</script> O\'Brien "q" & co'
+    page, summary, _ = flatland_run(tmp_path, tiny_tests, redis_server.url, "--participant", name)
+    assert summary["submission"]["participant"] == name
+    assert "<script" not in page and 'alert("x")' not in page
+    assert page.count(html.escape(name)) == 2
+    top = re.search(r'<p class="eyebrow">(.*?)</p>', page).group(1)
+    assert html.unescape(top).startswith(f"arbiter evaluation report · {name} · ")
+    assert f"<tr><td>participant</td><td>{html.escape(name)}</td></tr>" in page
