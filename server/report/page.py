@@ -221,7 +221,8 @@ def _no_score_reason(state: str, source: str = "") -> str:
     if state == "FAILED":
         return "the evaluation failed: a failed evaluation is not scored"
     if state == "INTERRUPTED":
-        resume = _resume_of(source) if source and os.path.isdir(source) else resume_command(None)
+        # The page is read later and from anywhere: the folder it names is the absolute one.
+        resume = _resume_of(os.path.abspath(source)) if source and os.path.isdir(source) else resume_command(None)
         return f"the evaluation was interrupted before it ended ({resume} continues it)"
     return "this evaluation has no score"
 

@@ -327,7 +327,8 @@ def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, ser
     )  # fmt: skip
     assert bare.returncode == 2 and "budgets.step_s 30.0 (given now: 5)" in bare.stderr, bare.stderr
     resume = f"`arbiter run --resume --results {results} [the same options] -- AGENT_COMMAND`"
-    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    # the page is read later, from anywhere: it names the folder's absolute path, however given
+    report = subprocess.run([*ARBITER, "report", "r"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     page = html.unescape((results / "report.html").read_text(encoding="utf-8"))
     assert f"the evaluation was interrupted before it ended ({resume} continues it)" in page
