@@ -221,3 +221,26 @@ def test_the_page_names_the_participant_and_escapes_the_name(redis_server, tiny_
     top = re.search(r'<p class="eyebrow">(.*?)</p>', page).group(1)
     assert html.unescape(top).startswith(f"arbiter evaluation report · {name} · ")
     assert f"<tr><td>participant</td><td>{html.escape(name)}</td></tr>" in page
+
+
+def test_the_budget_charts_have_one_slot_per_item_of_many_episodes(redis_server, tmp_path) -> None:
+    """Two-phase: a training run is one item of many episodes, its planning and step times on its
+    last record. The budget charts give each item one slot, labelled with its index, and a dot."""
+    results = tmp_path / "results"
+    done = test_report.run_arbiter(
+        "run", "--competition", "two-phase-cartpole", "--set", "num_episodes=1", "--set", "phase2.num_runs=1",
+        "--redis-url", redis_server.url, "--service-id", "t-" + uuid.uuid4().hex[:12], "--results", str(results),
+        "--quiet", "--", sys.executable, "-m", "arbiter.client.reinforcelab",
+        str(REPO / "examples" / "reinforcelab_cartpole"), timeout_s=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert test_report.run_arbiter("report", str(results)).returncode == 0
+    _, records = load_results(results)
+    items = [str(r["index"]) for r in records if r["last_of_item"]]
+    assert len(records) > len(items) == 3  # phase 1's episode, the training run, its evaluation episode
+    drawn = charts((results / "report.html").read_text(encoding="utf-8"))
+    for name in ("planning-time", "step-time-max"):
+        labels = ["".join(t.itertext()) for t in drawn[name].iter(f"{SVG}text") if "tick" in classes(t)]
+        assert [label for label in labels if label.isdigit()] == items, name
+        marks = [m for m in drawn[name].iter() if "mark" in classes(m)]
+        assert len(marks) == len(items), name
