@@ -44,8 +44,8 @@ def quoted_from_agent(value: object, limit: int = 80) -> str:
 # What continues an interrupted evaluation, by the command that ran it (the ``command`` of its
 # ``started`` event): the one the user ran, never the other.
 RESUME_COMMANDS = {
-    "run": "`arbiter run --resume --results {results} -- AGENT_COMMAND`",
-    "serve": "`arbiter serve --resume --results {results}`",
+    "run": "`arbiter run --resume --results {results} [the same options] -- AGENT_COMMAND`",
+    "serve": "`arbiter serve --resume --results {results} [the same options]`",
 }
 
 
@@ -55,5 +55,5 @@ def resume_command(command: str | None, results: str = "DIR") -> str:
     recorded) both, as it was run."""
     found = RESUME_COMMANDS.get(command or "")
     if found is None:
-        return "`arbiter run --resume` or `arbiter serve --resume` (as it was run)"
+        return "`arbiter run --resume` or `arbiter serve --resume` (as it was run, with the same options)"
     return found.format(results=results)

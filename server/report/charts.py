@@ -216,6 +216,9 @@ def _time_bank_chart(episodes: list[dict[str, Any]], bank: float) -> str:
 def budget_charts(episodes: list[dict[str, Any]], summary: dict[str, Any]) -> str:
     budgets = summary.get("budgets") or {}
     parts = []
+    # An item's planning, step and time-bank figures are on its last record (an item of many
+    # episodes, such as a training run, has one slot; an older file says nothing: one each).
+    episodes = [record for record in episodes if record.get("last_of_item", True) is not False]
     if episodes:
         parts.append(
             _budget_dots(

@@ -102,6 +102,15 @@ def load_results(directory: str | Path) -> tuple[dict[str, Any], list[dict[str, 
     return summary, episodes
 
 
+def cut_short_line(directory: str | Path) -> bool:
+    """Whether the folder's ``episodes.jsonl`` ends in a line cut short, which the page leaves out."""
+    path = Path(directory) / "episodes.jsonl"
+    if not path.is_file():
+        return False
+    stored = read_items(str(path))
+    return stored.whole_bytes < stored.size
+
+
 def table(headers: list[str], rows: list[list[str]], css: str = "") -> str:
     """A table whose cells are escaped here; ``rows`` hold plain text."""
     cells = "".join(f"<th>{escape(h)}</th>" for h in headers)
@@ -173,7 +182,12 @@ def _headline(summary: dict[str, Any], source: str) -> str:
     debug = '<span class="badge debug">debug run</span>' if summary.get("debug") else ""
     facts = " · ".join(
         escape(str(value))
-        for value in (summary.get("competition"), summary.get("scoring"), summary.get("service_id"))
+        for value in (
+            _participant(summary),
+            summary.get("competition"),
+            summary.get("scoring"),
+            summary.get("service_id"),
+        )
         if value not in (None, "")
     )
     if number(score.get("primary")) is None:
@@ -192,6 +206,12 @@ def _headline(summary: dict[str, Any], source: str) -> str:
     )
 
 
+def _participant(summary: dict[str, Any]) -> Any:
+    """Whose evaluation it is, when ``arbiter run --participant`` or a hosted submission named one."""
+    submission = summary.get("submission")
+    return submission.get("participant") if isinstance(submission, dict) else None
+
+
 def _resume_of(folder: str | Path) -> str:
     """The command that continues the evaluation in ``folder``: the one its last run was."""
     return resume_command(command_recorded(os.path.join(folder, EVENTS_FILE)), str(folder))
@@ -201,7 +221,8 @@ def _no_score_reason(state: str, source: str = "") -> str:
     if state == "FAILED":
         return "the evaluation failed: a failed evaluation is not scored"
     if state == "INTERRUPTED":
-        resume = _resume_of(source) if source and os.path.isdir(source) else resume_command(None)
+        # The page is read later and from anywhere: the folder it names is the absolute one.
+        resume = _resume_of(os.path.abspath(source)) if source and os.path.isdir(source) else resume_command(None)
         return f"the evaluation was interrupted before it ended ({resume} continues it)"
     return "this evaluation has no score"
 
@@ -212,7 +233,7 @@ def _recorded(items_done: dict[str, Any], counts: dict[str, Any], episodes: list
     return text if number(items) == len(episodes) else f"{text} ({len(episodes)} episodes)"
 
 
-def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
+def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]], cut_short: bool = False) -> str:
     counts = summary.get("episodes") or {}
     timing = summary.get("timing") or {}
     budgets = summary.get("budgets") or {}
@@ -228,7 +249,15 @@ def _counts(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> str:
     if step_limited:  # items the format's own step cap ended (among those counted finished)
         cells.insert(2, ("at the step limit", fmt_count(step_limited)))
     items = "".join(f"<div><dt>{escape(k)}</dt><dd>{escape(v)}</dd></div>" for k, v in cells)
-    return f'<dl class="counts">{items}</dl>'
+    note = ""
+    if cut_short:
+        shown = f"{len(episodes)} {'record' if len(episodes) == 1 else 'records'}"
+        note = (
+            '<p class="note cut-short">episodes.jsonl ends in a line cut short (what a killed write leaves): '
+            f"it is left out, so the episodes shown are the {escape(shown)} before it, while the counts "
+            "and scores are summary.json's.</p>"
+        )
+    return f'<dl class="counts">{items}</dl>{note}'
 
 
 # --- tables ------------------------------------------------------------------------------------
@@ -260,7 +289,9 @@ def _details(summary: dict[str, Any]) -> str:
     counters = summary.get("counters") or {}
     counter_rows = [[str(name), fmt_count(value)] for name, value in sorted(counters.items())] or [["none", ""]]
     versions = summary.get("versions") or {}
-    run_rows = [
+    participant = _participant(summary)
+    run_rows = [["participant", str(participant)]] if participant not in (None, "") else []
+    run_rows += [
         [label, str(summary.get(key))]
         for key, label in (
             ("started_at", "started"),
@@ -296,8 +327,10 @@ def format_sections(summary: dict[str, Any], episodes: list[dict[str, Any]]) -> 
 # --- the page ----------------------------------------------------------------------------------
 
 
-def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, source: str = "") -> str:
-    """The whole page as text."""
+def render_report(
+    summary: dict[str, Any], episodes: list[dict[str, Any]], *, source: str = "", cut_short: bool = False
+) -> str:
+    """The whole page as text; ``cut_short``: the episodes file's last line was cut short and left out."""
     try:
         arbiter_version = version("arbiter")
     except PackageNotFoundError:
@@ -305,7 +338,7 @@ def render_report(summary: dict[str, Any], episodes: list[dict[str, Any]], *, so
     state = str(summary.get("state", "UNKNOWN"))
     body = (
         _headline(summary, source)
-        + _counts(summary, episodes)
+        + _counts(summary, episodes, cut_short)
         + format_sections(summary, episodes)
         + budget_charts(episodes, summary)
         + _details(summary)
@@ -325,7 +358,7 @@ def write_report(results_dir: str | Path, out: str | Path | None = None) -> Path
     """Read ``results_dir`` and write the report (default ``results_dir/report.html``); returns its path."""
     summary, episodes = load_results(results_dir)
     target = Path(out) if out is not None else Path(results_dir) / REPORT_NAME
-    page = render_report(summary, episodes, source=str(results_dir))
+    page = render_report(summary, episodes, source=str(results_dir), cut_short=cut_short_line(results_dir))
     make_output_folder(str(target))
     try:
         target.write_text(page, encoding="utf-8")

@@ -314,13 +314,21 @@ def test_run_resume_with_every_item_on_record_ends_without_starting_the_agent(re
 
 def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, service_id, tiny_tests, tmp_path):
     """What a user reads about an `arbiter run` stopped or killed before its end (its report, a
-    results folder it cannot write) names `arbiter run --resume`, the way to go on with it."""
+    results folder it cannot write) names `arbiter run --resume` with the options the run started
+    with, the way to go on with it: without them, a run started under another budget is refused."""
     results = tmp_path / "r"
-    options = ["--tests", tiny_tests, "--redis-url", redis_url, "--service-id", service_id]
+    connection = ["--redis-url", redis_url, "--service-id", service_id]
+    options = ["--tests", tiny_tests, "--step-timeout", "30", *connection]
     killed_after_its_first_episode(options, results, tmp_path, dict(os.environ), signum=signal.SIGTERM)
     assert read_summary(str(results))["state"] == "INTERRUPTED"
-    resume = f"`arbiter run --resume --results {results} -- AGENT_COMMAND`"
-    report = subprocess.run([*ARBITER, "report", str(results)], capture_output=True, text=True, timeout=60)
+    bare = subprocess.run(
+        [*ARBITER, "run", "--resume", "--results", str(results), *connection, "--", sys.executable, "-c", "pass"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert bare.returncode == 2 and "budgets.step_s 30.0 (given now: 5)" in bare.stderr, bare.stderr
+    resume = f"`arbiter run --resume --results {results} [the same options] -- AGENT_COMMAND`"
+    # the page is read later, from anywhere: it names the folder's absolute path, however given
+    report = subprocess.run([*ARBITER, "report", "r"], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert report.returncode == 0, report.stderr
     page = html.unescape((results / "report.html").read_text(encoding="utf-8"))
     assert f"the evaluation was interrupted before it ended ({resume} continues it)" in page
@@ -334,7 +342,10 @@ def test_a_local_run_names_arbiter_run_resume_as_its_way_to_go_on(redis_url, ser
     store.command = "run"
     store.start_fresh()
     shutil.rmtree(tmp_path / "gone")
-    with pytest.raises(ResultsUnwritable, match="`arbiter run --resume --results DIR -- AGENT_COMMAND` continues it"):
+    with pytest.raises(
+        ResultsUnwritable,
+        match=r"`arbiter run --resume --results DIR \[the same options\] -- AGENT_COMMAND` continues it",
+    ):
         store.write_summary({"state": "INTERRUPTED"})
 
 

@@ -9,6 +9,7 @@ label found to fit here fits wherever the page is opened.
 
 from __future__ import annotations
 
+import html
 import re
 import subprocess
 import sys
@@ -189,3 +190,57 @@ def test_the_diambra_score_chart_labels_its_negative_side(redis_server, tmp_path
         float(p.split(",")[1]) for line in chart.iter(f"{SVG}polyline") for p in line.get("points").split()
     )
     assert curve_bottom <= values[min(values)] + 0.01, "the curves stay within the labelled axis"
+
+
+def test_a_last_line_cut_short_is_left_out_and_the_page_says_so(redis_server, tiny_tests, tmp_path) -> None:
+    """The episodes the page shows and the counts summary.json holds differ when the last line was
+    cut short: the page says which line was left out, so that neither reads as wrong."""
+    page, summary, episodes = flatland_run(tmp_path, tiny_tests, redis_server.url)
+    assert "cut short" not in page
+    results = tmp_path / "results"
+    whole = (results / "episodes.jsonl").read_bytes()
+    (results / "episodes.jsonl").write_bytes(whole[:-40])
+    written = test_report.run_arbiter("report", str(results))
+    assert written.returncode == 0, written.stderr
+    kept = load_results(results)[1]
+    assert kept == episodes[:-1] and summary["episodes"]["recorded"] == len(episodes) == 3
+    text = re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", (results / "report.html").read_text(encoding="utf-8")))
+    assert "episodes.jsonl ends in a line cut short" in text
+    assert "the episodes shown are the 2 records before it" in text
+    assert "Test_0/Level_1.pkl" in text and "Test_0/Level_2.pkl" not in text  # the cut one is nowhere
+
+
+def test_the_page_names_the_participant_and_escapes_the_name(redis_server, tiny_tests, tmp_path) -> None:
+    """`arbiter run --participant NAME` (as a hosted submission): the page says whose evaluation
+    it is, at its top and among the run's facts, as text however the name is spelt."""
+    name = '<script>alert("x")</script> O\'Brien "q" & co'
+    page, summary, _ = flatland_run(tmp_path, tiny_tests, redis_server.url, "--participant", name)
+    assert summary["submission"]["participant"] == name
+    assert "<script" not in page and 'alert("x")' not in page
+    assert page.count(html.escape(name)) == 2
+    top = re.search(r'<p class="eyebrow">(.*?)</p>', page).group(1)
+    assert html.unescape(top).startswith(f"arbiter evaluation report · {name} · ")
+    assert f"<tr><td>participant</td><td>{html.escape(name)}</td></tr>" in page
+
+
+def test_the_budget_charts_have_one_slot_per_item_of_many_episodes(redis_server, tmp_path) -> None:
+    """Two-phase: a training run is one item of many episodes, its planning and step times on its
+    last record. The budget charts give each item one slot, labelled with its index, and a dot."""
+    results = tmp_path / "results"
+    done = test_report.run_arbiter(
+        "run", "--competition", "two-phase-cartpole", "--set", "num_episodes=1", "--set", "phase2.num_runs=1",
+        "--redis-url", redis_server.url, "--service-id", "t-" + uuid.uuid4().hex[:12], "--results", str(results),
+        "--quiet", "--", sys.executable, "-m", "arbiter.client.reinforcelab",
+        str(REPO / "examples" / "reinforcelab_cartpole"), timeout_s=180,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert test_report.run_arbiter("report", str(results)).returncode == 0
+    _, records = load_results(results)
+    items = [str(r["index"]) for r in records if r["last_of_item"]]
+    assert len(records) > len(items) == 3  # phase 1's episode, the training run, its evaluation episode
+    drawn = charts((results / "report.html").read_text(encoding="utf-8"))
+    for name in ("planning-time", "step-time-max"):
+        labels = ["".join(t.itertext()) for t in drawn[name].iter(f"{SVG}text") if "tick" in classes(t)]
+        assert [label for label in labels if label.isdigit()] == items, name
+        marks = [m for m in drawn[name].iter() if "mark" in classes(m)]
+        assert len(marks) == len(items), name
