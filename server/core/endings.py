@@ -226,15 +226,18 @@ class Endings:
         for item in evaluation.items[evaluation.next_index :]:
             evaluation.recording.write_item(item, evaluation.plan.unplayed(item), now, played=False)
         evaluation.next_index = evaluation.total
-        counted = evaluation.plan.unplayed_count
-        suffix = f"; {self.items_said(skipped)} not played {counted}" if skipped else ""
+        verb = "counts" if skipped == 1 else "count"
+        suffix = f"; {self.items_said(skipped)} not played {verb} {evaluation.plan.unplayed_count}" if skipped else ""
         self.finish(State.SUCCESS, cause + suffix + after, now)
 
     def _count_timeout(self, now: float) -> None:
         evaluation = self.evaluation
         evaluation.successive_timeouts += 1
         if evaluation.successive_timeouts >= evaluation.budgets.max_successive_timeouts:
-            self._end_early(f"{evaluation.successive_timeouts} successive timeouts", now)
+            count = evaluation.successive_timeouts
+            self._end_early(
+                "1 timeout, the limit of successive timeouts" if count == 1 else f"{count} successive timeouts", now
+            )
         else:
             evaluation.set_wait(Wait.AFTER_TIMEOUT, now)
 

@@ -140,7 +140,7 @@ class Plan(ABC):
     # What is evaluated on (a test folder, an env id), for the summary; by default the test folder.
     source: str | None = None
     # How the items an evaluation ended before count in its score, as its ending says it.
-    unplayed_count: str = "count as unfinished"
+    unplayed_count: str = "as unfinished"
 
     def __init__(self, spec: Any, rule: Any, *, tests: str | None = None):
         self.spec = spec

@@ -162,7 +162,7 @@ def test_an_agent_that_exits_early_leaves_its_episode_abandoned_and_the_rest_not
         summary = finish(outcome)
     assert summary["state"] == "SUCCESS"
     assert re.fullmatch(
-        r"the agent process exited with status 1 before submitting; 1 [a-z ]+ not played count as unfinished",
+        r"the agent process exited with status 1 before submitting; 1 [a-z ]+ not played counts as unfinished",
         summary["termination_cause"],
     )
     assert [(r["abandoned"], r["skipped"]) for r in read_episodes(results)] == [

@@ -237,7 +237,7 @@ def test_a_success_decided_with_rows_due_waits_for_its_table(redis_url, service_
         env.close()
     assert summary["state"] == "INTERRUPTED"
     assert "(results.csv: Is a directory)" in summary["termination_cause"]
-    assert "(the evaluation had ended: 1 successive timeouts)" in summary["termination_cause"]
+    assert "(the evaluation had ended: 1 timeout, the limit of successive timeouts)" in summary["termination_cause"]
     assert [(r["index"], r["timed_out"]) for r in read_episodes(results)] == [(0, False), (1, True)]
 
     os.rmdir(os.path.join(results, "results.csv"))

@@ -118,7 +118,7 @@ class FlatlandPlan(Plan):
         self.source = tests
         if rule.played_only:
             # flatland3 leaves an unplayed episode's row empty: no figure counts it, not even as 0.
-            self.unplayed_count = "count in no figure"
+            self.unplayed_count = "in no figure"
         self.tests_dir = tests
         metadata = [c for c in self.folder.metadata_columns if c not in FLATLAND_RESULT_COLUMNS and c != "filename"]
         # flatland's table is indexed by the env file, its first column
