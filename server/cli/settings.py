@@ -20,6 +20,7 @@ from arbiter.protocol.errors import ConfigError
 from arbiter.protocol.redis_conn import redacted
 from arbiter.server.cli.option_values import DEFAULT_SERVICE_ID
 from arbiter.server.core.competition import DEFAULT_COMPETITION, CompetitionSpec, load_competition
+from arbiter.server.core.output_files import nearest_existing
 from arbiter.server.core.rescore import EPISODES_FILE, EVENTS_FILE, SUMMARY_FILE
 from arbiter.server.core.seeds import recorded_tests
 from arbiter.server.formats import get_format
@@ -279,9 +280,7 @@ def refuse_unusable_results(results_dir: str) -> None:
     the option nor what to do."""
     if os.path.exists(results_dir) and not os.path.isdir(results_dir):
         raise ConfigError(f"--results {results_dir} is a file, not a folder: give a folder (a new one is made)")
-    existing = os.path.abspath(results_dir)
-    while not os.path.exists(existing):
-        existing = os.path.dirname(existing)
+    existing = nearest_existing(results_dir)
     if not os.path.isdir(existing):
         raise ConfigError(f"--results {results_dir}: {existing} is a file, so no folder can be made under it")
     # access() answers for this user and this mount: a read-only file system is refused as well.

@@ -12,14 +12,21 @@ import os
 from arbiter.protocol.errors import ConfigError
 
 
+def nearest_existing(path: str) -> str:
+    """``path`` itself, made absolute, or the nearest of its parents that exists: what decides
+    whether the folders it lacks can be made (a file there cannot hold one)."""
+    existing = os.path.abspath(path)
+    while not os.path.exists(existing):
+        existing = os.path.dirname(existing)
+    return existing
+
+
 def check_output_file(path: str, option: str = "--out") -> None:
     """``ConfigError`` when ``path`` cannot be written as a file: it is a folder, or something on
     its way that exists is not a folder."""
     if os.path.isdir(path):
         raise ConfigError(f"{option} {path!r} is a folder: name the file to write")
-    folder = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(folder):
-        folder = os.path.dirname(folder)
+    folder = nearest_existing(os.path.dirname(os.path.abspath(path)))
     if not os.path.isdir(folder):
         raise ConfigError(f"{option} {path!r}: {folder!r} is a file, not a folder")
 

@@ -73,12 +73,10 @@ def test_a_lost_worker_costs_nothing_and_scores_once(
     assert bob.id in table.stdout and alice.id not in table.stdout
 
 
-def test_a_cancel_marks_the_folder_of_an_ended_evaluation_no_worker_will_take_up_again(
-    redis_url: str, redis_conn: redis.Redis, tiny_tests: str, tmp_path, workers: Workers
-) -> None:
-    """As below, but no worker comes back for the job (its attempts spent, or the farm drained):
-    `arbiter cancel`, which sees the folder and finds no attempt holding it, marks it itself, so
-    that a board built straight after does not rank the cancelled evaluation."""
+def lost_after_its_summary(redis_conn: redis.Redis, tiny_tests: str, tmp_path, workers: Workers) -> tuple:
+    """alice's submission, its worker lost once the evaluation wrote its summary and before it
+    recorded the ending (the agent was still exiting): the competition file, the store, the
+    submission and its running record."""
     competition = competition_file(tmp_path, tiny_tests)
     store = SubmissionStore(redis_conn)
     lingering = [*seeded_agent()[:2], seeded_agent()[2].removeprefix("exec ") + "; sleep 30"]  # exits late
@@ -87,6 +85,16 @@ def test_a_cancel_marks_the_folder_of_an_ended_evaluation_no_worker_will_take_up
     running = wait_state(store, alice.id, RUNNING, timeout_s=30)
     wait_for(lambda: os.path.exists(os.path.join(running.results, "summary.json")), timeout_s=30, what="the summary")
     kill_tree(lost_worker.pid)
+    return competition, store, alice, running
+
+
+def test_a_cancel_marks_the_folder_of_an_ended_evaluation_no_worker_will_take_up_again(
+    redis_url: str, redis_conn: redis.Redis, tiny_tests: str, tmp_path, workers: Workers
+) -> None:
+    """As below, but no worker comes back for the job (its attempts spent, or the farm drained):
+    `arbiter cancel`, which sees the folder and finds no attempt holding it, marks it itself, so
+    that a board built straight after does not rank the cancelled evaluation."""
+    competition, store, alice, running = lost_after_its_summary(redis_conn, tiny_tests, tmp_path, workers)
     wait_for(lambda: not redis_conn.exists(lock_key(alice.id)), timeout_s=10, what="the lost worker's lock to lapse")
     cancelled = arbiter("cancel", "--redis-url", redis_url, alice.id)
     assert cancelled.returncode == 0, cancelled.stderr
@@ -103,15 +111,7 @@ def test_a_submission_cancelled_after_its_lost_evaluation_ended_is_never_ranked(
     """The worker is lost once the evaluation wrote its SUCCESS summary, before it recorded the
     ending (the agent was still exiting); the organiser then cancels the submission. The folder
     must agree with the farm: its summary says cancelled, and the leaderboard does not rank it."""
-    competition = competition_file(tmp_path, tiny_tests)
-    store = SubmissionStore(redis_conn)
-    lingering = [*seeded_agent()[:2], seeded_agent()[2].removeprefix("exec ") + "; sleep 30"]  # exits late
-    alice = submit(redis_conn, competition=competition, participant="alice", agent=lingering)
-    lost_worker = workers.start()
-    running = wait_state(store, alice.id, RUNNING, timeout_s=30)
-    summary_path = os.path.join(running.results, "summary.json")
-    wait_for(lambda: os.path.exists(summary_path), timeout_s=30, what="the evaluation's summary")
-    kill_tree(lost_worker.pid)
+    competition, store, alice, running = lost_after_its_summary(redis_conn, tiny_tests, tmp_path, workers)
     assert read_summary(running.results)["state"] == "SUCCESS"
     cancelled = arbiter("cancel", "--redis-url", redis_url, alice.id)
     assert cancelled.returncode == 0, cancelled.stderr

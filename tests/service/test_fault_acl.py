@@ -78,17 +78,7 @@ def test_the_participant_user_is_refused_everything_but_its_own_keys(
     assert allowed == []
     assert redis_conn.llen(keys.commands_key(other)) == 1  # untouched
     # ... and an evaluation still completes with that user.
-    url = f"redis://participant-{service_id}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
-    with running_service(
-        spec(), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=redis_server.url, service_id=service_id
-    ) as (_, outcome):
-        client = RemoteClient(redis_url=url, service_id=service_id, reply_timeout_s=10)
-        for episode in range(3):
-            client.env_create()
-            play_episode(client, episode)
-        assert client.env_create() == (False, False)
-        client.submit()
-        assert finish(outcome)["state"] == "SUCCESS"
+    evaluated_as_the_participant(redis_server, service_id, tiny_tests, tmp_path)
     redis_conn.execute_command("ACL", "DELUSER", f"participant-{service_id}")
 
 
@@ -144,6 +134,18 @@ def test_an_ended_evaluation_leaves_no_key_its_participant_made(
     junk = [keys.response_prefix(service_id) + name for name in ("junk", "2" * 32, "x" * 200)]
     for key in junk:
         participant.lpush(key, b"kept for ever?" * 100)
+    evaluated_as_the_participant(redis_server, service_id, tiny_tests, tmp_path)
+    for key in junk:
+        assert 0 < redis_conn.ttl(key) <= REPLY_TTL_S, key
+    left = redis_conn.scan_iter(match=keys.response_prefix(service_id) + "*")
+    assert [key for key in left if redis_conn.ttl(key) == -1] == []
+    assert redis_conn.llen(keys.response_key(other, "1" * 32)) == 1
+    redis_conn.execute_command("ACL", "DELUSER", f"participant-{service_id}")
+
+
+def evaluated_as_the_participant(redis_server, service_id: str, tiny_tests: str, tmp_path) -> None:
+    """A whole evaluation (three episodes and the submit) whose agent connects as the
+    participant's Redis user: it ends SUCCESS."""
     url = f"redis://participant-{service_id}:{PASSWORD}@127.0.0.1:{redis_server.port}/0"
     with running_service(
         spec(), tests=tiny_tests, results=str(tmp_path / "r"), redis_url=redis_server.url, service_id=service_id
@@ -155,9 +157,3 @@ def test_an_ended_evaluation_leaves_no_key_its_participant_made(
         assert client.env_create() == (False, False)
         client.submit()
         assert finish(outcome)["state"] == "SUCCESS"
-    for key in junk:
-        assert 0 < redis_conn.ttl(key) <= REPLY_TTL_S, key
-    left = redis_conn.scan_iter(match=keys.response_prefix(service_id) + "*")
-    assert [key for key in left if redis_conn.ttl(key) == -1] == []
-    assert redis_conn.llen(keys.response_key(other, "1" * 32)) == 1
-    redis_conn.execute_command("ACL", "DELUSER", f"participant-{service_id}")
